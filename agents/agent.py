@@ -1,0 +1,76 @@
+"""LLMAgent: observations in, parsed commands plus the exact tokens behind them out.
+
+One `act` call serves a whole batch of envs: it builds each env's prompt (memory window,
+chat template), sends all prompts to the backend in one `generate`, decodes and parses
+the responses. The result keeps prompt ids, response ids and per-token logprobs, which
+become the training sample of that step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agents.backend import Sampling
+from agents.parser import parse_action
+from agents.prompt import PromptBuilder
+
+
+@dataclass(frozen=True)
+class View:
+    """What the agent sees of one env at one step."""
+
+    task: str
+    history: tuple[tuple[str, str], ...]  # (observation, action) pairs, oldest first
+    observation: str
+    admissible: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class Act:
+    command: str
+    status: str
+    text: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+
+
+class LLMAgent:
+    def __init__(
+        self,
+        tokenizer,
+        backend,
+        prompts: PromptBuilder,
+        sampling: Sampling,
+        max_prompt_tokens: int = 1024,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.backend = backend
+        self.prompts = prompts
+        self.sampling = sampling
+        self.max_prompt_tokens = max_prompt_tokens
+
+    def prompt_ids(self, view: View) -> list[int]:
+        """Chat-templated prompt; drops the oldest memory first if it grows too long."""
+        history = list(view.history)
+        while True:
+            admissible = list(view.admissible) if view.admissible is not None else None
+            msgs = self.prompts.messages(view.task, history, view.observation, admissible)
+            text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(ids) <= self.max_prompt_tokens or not history:
+                return ids[-self.max_prompt_tokens :]
+            history = history[1:]
+
+    def act(self, views: list[View], sampling: Sampling | None = None) -> list[Act]:
+        if not views:
+            return []
+        prompts = [self.prompt_ids(v) for v in views]
+        responses, logprobs = self.backend.generate(prompts, sampling or self.sampling)
+        acts = []
+        for view, p, r, lp in zip(views, prompts, responses, logprobs):
+            text = self.tokenizer.decode(r, skip_special_tokens=True)
+            admissible = list(view.admissible) if view.admissible is not None else None
+            command, status = parse_action(text, admissible)
+            acts.append(Act(command, status, text, p, r, lp))
+        return acts

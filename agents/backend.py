@@ -1,0 +1,115 @@
+"""Generation backends: prompt token ids in, sampled token ids and their logprobs out.
+
+Every backend follows one protocol (DESIGN.md):
+
+    generate(prompt_token_ids, sampling) -> (response_token_ids, response_logprobs)
+
+Token ids are returned exactly as sampled (token-in/token-out), so the learner trains on
+the ids the policy produced, never on a re-tokenized string. Logprobs are those of the
+temperature-scaled distribution, log softmax(logits / T), before top-p truncation: the
+learner computes the same quantity, so with this backend the ratio starts at exactly 1.
+
+`HFBackend` is the default and the reference: a plain sampling loop over a Hugging Face
+causal LM with left padding and a KV cache, batched in chunks of similar prompt length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    max_new_tokens: int = 24
+
+
+class HFBackend:
+    """Batched sampling with a KV cache over a `transformers` causal LM."""
+
+    def __init__(self, model, eos_ids: list[int], pad_id: int, batch_size: int = 64, seed: int = 0):
+        self.model = model
+        self.eos_ids = torch.tensor(sorted(set(eos_ids)))
+        self.pad_id = pad_id
+        self.batch_size = batch_size
+        self.device = next(model.parameters()).device
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], sampling: Sampling) -> tuple[list[list[int]], list[list[float]]]:
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        ids: list[list[int]] = [[] for _ in prompts]
+        logps: list[list[float]] = [[] for _ in prompts]
+        was_training = self.model.training
+        self.model.eval()
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            out_ids, out_lp = self._generate_batch([prompts[i] for i in chunk], sampling)
+            for i, r, lp in zip(chunk, out_ids, out_lp):
+                ids[i], logps[i] = r, lp
+        self.model.train(was_training)
+        return ids, logps
+
+    def _generate_batch(self, prompts: list[list[int]], sampling: Sampling):
+        batch, width = len(prompts), max(len(p) for p in prompts)
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        for row, p in enumerate(prompts):  # left padding: every prompt ends at column -1
+            input_ids[row, width - len(p) :] = torch.tensor(p)
+            mask[row, width - len(p) :] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        eos = self.eos_ids.to(self.device)
+        done = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        tokens, logprobs = [], []
+        cache = None
+        step_ids, step_pos = input_ids, positions
+        for _ in range(sampling.max_new_tokens):
+            out = self.model(
+                input_ids=step_ids,
+                attention_mask=mask,
+                position_ids=step_pos,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float()  # [B, V]
+            token, logprob = sample(logits, sampling, self.generator)
+            token = torch.where(done, self.pad_id, token)  # finished rows idle on padding
+            tokens.append(torch.where(done, -1, token))  # -1 marks "already finished"
+            logprobs.append(logprob)
+            done = done | torch.isin(token, eos)
+            if bool(done.all()):
+                break
+            step_ids = token[:, None]
+            step_pos = step_pos[:, -1:] + 1
+            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=mask.device)], 1)
+        tok = torch.stack(tokens, 1).tolist()  # [B, T]
+        lp = torch.stack(logprobs, 1).tolist()
+        out_ids, out_lp = [], []
+        for row in range(batch):
+            n = next((j for j, t in enumerate(tok[row]) if t == -1), len(tok[row]))
+            out_ids.append(tok[row][:n])
+            out_lp.append(lp[row][:n])
+        return out_ids, out_lp
+
+
+def sample(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row from [B, V] logits; returns (token [B], logprob [B])."""
+    if sampling.temperature <= 0:
+        logp = torch.log_softmax(logits, -1)
+        token = logits.argmax(-1)
+        return token, logp.gather(-1, token[:, None])[:, 0]
+    logp = torch.log_softmax(logits / sampling.temperature, -1)
+    probs = logp.exp()
+    if sampling.top_p < 1.0:
+        sorted_p, idx = probs.sort(-1, descending=True)
+        # keep the smallest prefix whose mass reaches top_p (always at least one token)
+        drop = sorted_p.cumsum(-1) - sorted_p >= sampling.top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
+    token = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return token, logp.gather(-1, token[:, None])[:, 0]

@@ -1,0 +1,157 @@
+"""Models and tokenizers: the tiny local default, or any Hugging Face causal LM.
+
+`--model tiny` (the default) builds, once, a small Qwen2-architecture causal LM from a
+config and a byte-level BPE tokenizer trained with `tokenizers` on text from the built-in
+envs, with a ChatML chat template. Both are saved with `save_pretrained` into a cache
+folder and from then on loaded exactly like a hub model (`from_pretrained`), so the code
+path that serves the tiny model also serves `--model Qwen/Qwen2.5-1.5B-Instruct` on a GPU.
+Nothing is downloaded.
+
+Why these sizes: 4 layers, hidden 128 and 4 heads give head_dim 32 (vLLM's CPU attention
+kernels need >= 32); embeddings are untied because engines that reload weights in place
+mishandle tied ones; ~1M parameters keep a CPU iteration in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+TINY = "tiny"
+TINY_VERSION = "v1"
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+TAGS = ["<think>", "</think>", "<action>", "</action>"]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TEXTRL_CACHE", Path.home() / ".cache" / "textrl"))
+
+
+def tiny_model_path() -> Path:
+    return cache_dir() / f"tiny-qwen2-{TINY_VERSION}"
+
+
+def is_local_path(name: str) -> bool:
+    """Paths are local; `org/name` that does not exist locally is taken as a hub id."""
+    return os.path.exists(name) or name.startswith(("/", ".", "~")) or name.count("/") > 1
+
+
+def resolve_model(name: str) -> str:
+    """`tiny` -> the cached tiny model (built on first use); anything else unchanged."""
+    if name != TINY:
+        return os.path.expanduser(name) if is_local_path(name) else name
+    path = tiny_model_path()
+    if not (path / "config.json").exists():
+        build_tiny_model(path)
+    return str(path)
+
+
+def env_corpus(episodes_per_env: int = 60, seed: int = 0) -> list[str]:
+    """Text the agent will read and write: observations, commands, prompt scaffolding."""
+    import gymnasium as gym
+
+    import envs
+    from agents.prompt import PromptBuilder
+
+    rng = random.Random(seed)
+    builder = PromptBuilder(memory=1)
+    lines = []
+    for env_id in envs.KEYDOOR_IDS:
+        env = gym.make(env_id)
+        for ep in range(episodes_per_env):
+            obs, info = env.reset(seed=seed + ep)
+            history: list[tuple[str, str]] = []
+            for _ in range(40):
+                cmds = info["admissible_commands"] or ["look"]
+                action = info["expert_action"] if rng.random() < 0.7 else rng.choice(cmds)
+                msgs = builder.messages(info["task"], history, obs, cmds)
+                lines += [m["content"] for m in msgs] + [f"<action>{action}</action>"]
+                history.append((obs, action))
+                obs, _, term, trunc, info = env.step(action)
+                if term or trunc:
+                    break
+        env.close()
+    return lines + ["system\nuser\nassistant\n"] * 200  # chat-template role names
+
+
+def build_tokenizer(vocab_size: int = 1024) -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # any byte encodes
+        show_progress=False,
+    )
+    tok.train_from_iterator(env_corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    fast.add_tokens(TAGS)  # one token per tag, still decoded as text
+    fast.chat_template = CHAT_TEMPLATE
+    fast.padding_side = "left"
+    return fast
+
+
+def build_tiny_model(path: Path, seed: int = 0) -> None:
+    """Build tokenizer + randomly initialised Qwen2 model and save them atomically."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Build into a temp folder and rename: concurrent first runs never see half a model.
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        os.replace(tmp, path)
+    except OSError:  # another process won the race; its copy is identical
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False):
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:  # many chat models ship without one
+        tok.pad_token = tok.eos_token
+    if tok.chat_template is None:
+        raise ValueError(f"the tokenizer of {path} has no chat template; use an instruct model")
+    return tok
+
+
+def load_model(path: str, device: str, dtype: torch.dtype, trust_remote_code: bool = False):
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    return model.to(device)

@@ -1,0 +1,193 @@
+"""Critic-free advantage estimators: GRPO and GiGPO, over flat per-step arrays.
+
+Rows are steps; the rows of one trajectory are in time order but may be interleaved with other
+trajectories' rows (e.g. lockstep collection order). A group is the set of trajectories rolled out
+from the same task/seed.
+
+- GRPO (Shao et al., "DeepSeekMath", 2024): episode return R = sum of the trajectory's rewards;
+  A^E = R - mean_group(R)  [/ (std_group(R, ddof=1) + 1e-6) for norm="mean_std"].
+  Baseline statistics are over trajectories ("trajectory", each counts once, as in the GiGPO
+  paper) or over the group's step rows, each carrying its trajectory's R ("step", as verl-agent
+  does, so long trajectories weigh more).
+- GiGPO (Feng et al., "Group-in-Group Policy Optimization for LLM Agent Training", NeurIPS 2025):
+  step return G_t = sum_{k>=t} gamma^(k-t) r_k; anchor group = steps of one group sharing a state
+  key (across trajectories and repeated visits); A^S = G_t - mean_anchor(G) [/ (std + 1e-6)];
+  A = A^E + omega * A^S. A singleton group (std undefined) uses std 0 and so gets exactly 0.
+
+Everything is computed in float64 and returned as float32. Measured on this machine (2 CPUs,
+numpy 2.4): gigpo_advantages on 10^6 rows (10^5 trajectories of 1-19 steps, lockstep order, str
+state keys, mean_std) takes ~0.3-0.4 s, of which discounted_returns ~0.08 s and the str-key
+factorisation ~0.2 s. The return scan loops over time steps, vectorised across trajectories, so it
+grows with the longest trajectory (10^6 rows as 100 trajectories of 10^4 steps: ~0.1 s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+_EPS = 1e-6
+_NORMS = ("mean", "mean_std")
+_BASELINES = ("trajectory", "step")
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+
+def _check_options(norm: str, episode_baseline: str, gamma: float | None = None) -> None:
+    if norm not in _NORMS:
+        raise ValueError(f"norm must be one of {_NORMS}, got {norm!r}")
+    if episode_baseline not in _BASELINES:
+        raise ValueError(f"episode_baseline must be one of {_BASELINES}, got {episode_baseline!r}")
+    if gamma is not None and not 0.0 <= gamma <= 1.0:  # also rejects NaN
+        raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+
+
+def _as_1d(name: str, x: npt.ArrayLike, dtype: npt.DTypeLike = None) -> np.ndarray:
+    arr = np.asarray(x, dtype=dtype)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    return arr
+
+
+def _check_lengths(**arrays: Sequence[object] | np.ndarray) -> int:
+    lengths = {name: len(a) for name, a in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"all inputs must have the same length, got {lengths}")
+    return next(iter(lengths.values()))
+
+
+def _factorize(x: np.ndarray) -> tuple[I64, int]:
+    """Dense codes 0..K-1 for the distinct values of x, and K."""
+    uniq, inv = np.unique(x, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), len(uniq)
+
+
+def _normalize(values: F64, inv: I64, n_groups: int, norm: str) -> F64:
+    """Subtract the group mean (and divide by unbiased std + eps for mean_std), per group."""
+    counts = np.bincount(inv, minlength=n_groups)  # [K]
+    mean = np.bincount(inv, weights=values, minlength=n_groups) / np.maximum(counts, 1)
+    dev = values - mean[inv]  # [M]; exactly 0 for singletons since mean == value
+    if norm == "mean":
+        return dev
+    ss = np.bincount(inv, weights=dev * dev, minlength=n_groups)  # [K]
+    var = np.where(counts > 1, ss / np.maximum(counts - 1, 1), 0.0)  # singleton: std := 0
+    return dev / (np.sqrt(var)[inv] + _EPS)
+
+
+def _traj_structure(traj_ids: np.ndarray, group_ids: np.ndarray) -> tuple[I64, I64, I64, int]:
+    """Trajectory codes per row, group codes per row and per trajectory, number of groups."""
+    t_inv, n_traj = _factorize(traj_ids)  # [N]
+    g_inv, n_groups = _factorize(group_ids)  # [N]
+    g_of_traj = np.zeros(n_traj, dtype=np.int64)  # [T]
+    g_of_traj[t_inv] = g_inv  # any row's group; checked for consistency below
+    bad = g_of_traj[t_inv] != g_inv
+    if bad.any():
+        tid = traj_ids[np.flatnonzero(bad)[0]]
+        raise ValueError(f"trajectory {tid!r} spans more than one group_id")
+    return t_inv, g_inv, g_of_traj, n_groups
+
+
+def _episode_adv(rewards: F64, t_inv: I64, g_inv: I64, g_of_traj: I64, n_groups: int, norm: str, baseline: str) -> F64:
+    returns = np.bincount(t_inv, weights=rewards, minlength=len(g_of_traj))  # [T]
+    if baseline == "trajectory":
+        return _normalize(returns, g_of_traj, n_groups, norm)[t_inv]  # [N]
+    return _normalize(returns[t_inv], g_inv, n_groups, norm)  # [N], stats over rows
+
+
+def discounted_returns(rewards: npt.ArrayLike, traj_ids: npt.ArrayLike, gamma: float) -> F32:
+    """Step returns G_t = sum_{k>=t} gamma^(k-t) r_k within each trajectory, float32 [N]."""
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+    r = _as_1d("rewards", rewards, np.float64)
+    tids = _as_1d("traj_ids", traj_ids)
+    _check_lengths(rewards=r, traj_ids=tids)
+    return _discounted(r, _factorize(tids)[0], gamma).astype(np.float32)
+
+
+def _discounted(r: F64, t_inv: I64, gamma: float) -> F64:
+    n = len(r)
+    if n == 0:
+        return np.zeros(0, dtype=np.float64)
+    order = np.argsort(t_inv, kind="stable")  # [N] rows by (traj, position)
+    t_s, r_s = t_inv[order], r[order]
+    new_traj = np.r_[True, t_s[1:] != t_s[:-1]]  # [N]
+    starts = np.flatnonzero(new_traj)
+    pos = np.arange(n) - starts[np.cumsum(new_traj) - 1]  # [N] position within trajectory
+    has_next = np.r_[~new_traj[1:], False]  # [N] next sorted row is the same trajectory
+    by_pos = np.argsort(pos, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(pos))]
+    g_s = np.zeros(n + 1, dtype=np.float64)  # +1 pad so idx + 1 is always valid
+    # Reverse scan over positions, vectorised across all trajectories with that many steps.
+    for p in range(len(bounds) - 2, -1, -1):
+        idx = by_pos[bounds[p] : bounds[p + 1]]
+        g_s[idx] = r_s[idx] + gamma * np.where(has_next[idx], g_s[idx + 1], 0.0)
+    out = np.empty(n, dtype=np.float64)
+    out[order] = g_s[:n]
+    return out
+
+
+def _anchor_codes(group_ids: np.ndarray, state_keys: Sequence[Hashable]) -> tuple[I64, int]:
+    codes: dict[Hashable, int] = {}
+    k = np.fromiter((codes.setdefault(s, len(codes)) for s in state_keys), np.int64, len(group_ids))
+    g_inv, _ = _factorize(group_ids)
+    # Pairs (group, key) -> one int64; keys never join across groups.
+    return _factorize(g_inv * max(len(codes), 1) + k)
+
+
+def anchor_group_sizes(group_ids: npt.ArrayLike, state_keys: Sequence[Hashable]) -> I64:
+    """Per row, the size of its anchor group (same group_id and state_key), int64 [N]."""
+    gids = _as_1d("group_ids", group_ids)
+    _check_lengths(group_ids=gids, state_keys=state_keys)
+    if len(gids) == 0:
+        return np.zeros(0, dtype=np.int64)
+    a_inv, n_anchor = _anchor_codes(gids, state_keys)
+    return np.bincount(a_inv, minlength=n_anchor)[a_inv].astype(np.int64)
+
+
+def grpo_advantages(
+    rewards: npt.ArrayLike,
+    traj_ids: npt.ArrayLike,
+    group_ids: npt.ArrayLike,
+    *,
+    norm: str = "mean_std",
+    episode_baseline: str = "trajectory",
+) -> F32:
+    """GRPO episode-level advantage, broadcast to every step row, float32 [N]."""
+    _check_options(norm, episode_baseline)
+    r = _as_1d("rewards", rewards, np.float64)
+    tids, gids = _as_1d("traj_ids", traj_ids), _as_1d("group_ids", group_ids)
+    if _check_lengths(rewards=r, traj_ids=tids, group_ids=gids) == 0:
+        return np.zeros(0, dtype=np.float32)
+    t_inv, g_inv, g_of_traj, n_groups = _traj_structure(tids, gids)
+    adv = _episode_adv(r, t_inv, g_inv, g_of_traj, n_groups, norm, episode_baseline)
+    return adv.astype(np.float32)
+
+
+def gigpo_advantages(
+    rewards: npt.ArrayLike,
+    traj_ids: npt.ArrayLike,
+    group_ids: npt.ArrayLike,
+    state_keys: Sequence[Hashable],
+    *,
+    gamma: float = 0.95,
+    omega: float = 1.0,
+    norm: str = "mean",
+    episode_baseline: str = "trajectory",
+) -> F32:
+    """GiGPO advantage: episode term + omega * anchor-state step term, float32 [N]."""
+    _check_options(norm, episode_baseline, gamma)
+    r = _as_1d("rewards", rewards, np.float64)
+    tids, gids = _as_1d("traj_ids", traj_ids), _as_1d("group_ids", group_ids)
+    n = _check_lengths(rewards=r, traj_ids=tids, group_ids=gids, state_keys=state_keys)
+    if n == 0:
+        return np.zeros(0, dtype=np.float32)
+    t_inv, g_inv, g_of_traj, n_groups = _traj_structure(tids, gids)
+    ep = _episode_adv(r, t_inv, g_inv, g_of_traj, n_groups, norm, episode_baseline)  # [N]
+    step_ret = _discounted(r, t_inv, gamma)  # [N]
+    a_inv, n_anchor = _anchor_codes(gids, state_keys)  # [N]
+    step = _normalize(step_ret, a_inv, n_anchor, norm)  # [N]
+    return (ep + omega * step).astype(np.float32)

@@ -1,0 +1,124 @@
+"""Collector: G rollouts from the same start state, many groups at once, in lockstep.
+
+`num_groups` groups x `group_size` envs. The envs of one group reset with one seed, so
+they start from the same state (GRPO's group), and their visits to equal states are what
+GiGPO groups into anchor states. All running envs step together: one batched `act` per
+time step, and only envs still running are sent to the model, so finished envs cost
+nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+
+import envs  # noqa: F401  (registers the built-in ids)
+from agents.agent import LLMAgent, View
+from agents.parser import OK
+
+
+@dataclass(frozen=True)
+class Step:
+    group_id: int
+    traj_id: int
+    t: int
+    state_key: str
+    observation: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    rollout_logprobs: list[float]
+    response: str
+    action: str
+    parse_status: str
+    action_valid: bool  # parsed ok and accepted by the env
+    reward: float
+    terminated: bool
+    truncated: bool
+    won: bool  # the episode's outcome, the same on every step of a trajectory
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    group_id: int
+    traj_id: int
+    seed: int
+    task: str
+    steps: list[Step]
+
+    @property
+    def won(self) -> bool:
+        return bool(self.steps) and self.steps[-1].won
+
+    @property
+    def episode_return(self) -> float:
+        return sum(s.reward for s in self.steps)
+
+
+class Collector:
+    def __init__(self, env_id: str, num_groups: int, group_size: int, env_kwargs=None):
+        self.num_groups, self.group_size = num_groups, group_size
+        self.envs = [gym.make(env_id, **(env_kwargs or {})) for _ in range(num_groups * group_size)]
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def collect(self, agent: LLMAgent, seeds: list[int], first_traj_id: int = 0) -> list[Trajectory]:
+        """One rollout per env; `seeds[g]` is the start state of group g."""
+        if len(seeds) != self.num_groups:
+            raise ValueError(f"need {self.num_groups} seeds, got {len(seeds)}")
+        n = len(self.envs)
+        group = [i // self.group_size for i in range(n)]
+        obs, infos = zip(*(env.reset(seed=seeds[group[i]]) for i, env in enumerate(self.envs)))
+        obs, infos = list(obs), list(infos)
+        history: list[list[tuple[str, str]]] = [[] for _ in range(n)]
+        rows: list[list[dict]] = [[] for _ in range(n)]
+        active = list(range(n))
+        while active:
+            views = [self._view(infos[i], history[i], obs[i]) for i in active]
+            acts = agent.act(views)
+            still = []
+            for i, act in zip(active, acts):
+                sent = act.command or act.text.strip()
+                nxt, reward, term, trunc, info = self.envs[i].step(sent)
+                rows[i].append(
+                    dict(
+                        state_key=str(infos[i].get("state_key", obs[i])),
+                        observation=obs[i],
+                        prompt_ids=act.prompt_ids,
+                        response_ids=act.response_ids,
+                        rollout_logprobs=act.logprobs,
+                        response=act.text,
+                        action=sent,
+                        parse_status=act.status,
+                        action_valid=act.status == OK and bool(info.get("action_valid", True)),
+                        reward=float(reward),
+                        terminated=bool(term),
+                        truncated=bool(trunc),
+                    )
+                )
+                history[i].append((obs[i], sent))
+                obs[i], infos[i] = nxt, info
+                if not (term or trunc):
+                    still.append(i)
+            active = still
+        trajectories = []
+        for i in range(n):
+            won = bool(infos[i].get("won", False))
+            steps = [
+                Step(group_id=group[i], traj_id=first_traj_id + i, t=t, won=won, **row) for t, row in enumerate(rows[i])
+            ]
+            task = str(infos[i].get("task", ""))
+            trajectories.append(Trajectory(group[i], first_traj_id + i, seeds[group[i]], task, steps))
+        return trajectories
+
+    @staticmethod
+    def _view(info: dict, history: list[tuple[str, str]], obs: str) -> View:
+        admissible = info.get("admissible_commands")
+        return View(
+            task=str(info.get("task", "")),
+            history=tuple(history),
+            observation=obs,
+            admissible=tuple(admissible) if admissible is not None else None,
+        )

@@ -1,0 +1,205 @@
+"""Training configuration: one dataclass, YAML presets, typed CLI overrides, early checks.
+
+    python -m algos.train --config configs/default.yaml --iterations 5 --algo grpo
+
+Precedence: dataclass defaults < YAML preset (`--config`) < CLI flags. Every field's
+docstring is its `--help` text (tyro). `validate` runs before anything heavy loads and
+turns user mistakes into one line naming the problem and the fix (exit code 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+
+import yaml
+
+from algos.learner import LOSS_TYPES
+
+ALGOS = ("grpo", "gigpo")
+NORMS = ("mean", "mean_std")
+BASELINES = ("trajectory", "step")
+
+
+@dataclass
+class Config:
+    # -- run -------------------------------------------------------------------------
+    env: str = "KeyDoor-v0"
+    """Gymnasium id of a text env; `pkg:Env-v0` imports `pkg` first."""
+    algo: str = "gigpo"
+    """grpo (episode-level advantages) or gigpo (episode + step-level anchor advantages)."""
+    iterations: int = 24
+    """RL iterations; each collects num_groups x group_size episodes and updates once."""
+    seed: int = 0
+    """Seeds the model init, the env seed stream, sampling and mini-batch order."""
+    output_dir: str = ""
+    """Run directory; empty = runs/<env>-<algo>-s<seed>-<time>."""
+    model: str = "tiny"
+    """`tiny` (built locally, cached), a local folder, or a Hugging Face hub id."""
+    device: str = "auto"
+    """auto (cuda if available), cpu or cuda[:N]."""
+    dtype: str = "float32"
+    """float32, bfloat16 or float16 for the policy weights."""
+    trust_remote_code: bool = False
+    """Allow model repos to run their own Python code (only for sources you trust)."""
+    # -- rollout ---------------------------------------------------------------------
+    num_groups: int = 8
+    """Groups per iteration; one start state (seed) per group."""
+    group_size: int = 8
+    """Rollouts per group (TRL: num_generations); >= 2."""
+    memory: int = 1
+    """Past (observation, action) pairs shown in each prompt."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 16
+    max_prompt_tokens: int = 1024
+    generation_batch_size: int = 128
+    # -- advantages ------------------------------------------------------------------
+    gamma: float = 0.95
+    """Discount of the step returns (GiGPO's step-level term)."""
+    omega: float = 1.0
+    """Weight of the step-level advantage in GiGPO."""
+    norm: str = "mean_std"
+    """mean (subtract the group mean) or mean_std (also divide by the group std)."""
+    episode_baseline: str = "trajectory"
+    """Group statistics over trajectories (the paper) or over step rows (verl-agent)."""
+    invalid_penalty: float = 0.1
+    """Subtracted from the step reward when the action is unparseable or rejected."""
+    # -- learner ---------------------------------------------------------------------
+    lr: float = 1.5e-4
+    epsilon: float = 0.2
+    epsilon_high: float = 0.28
+    """Upper clip (DAPO's clip-higher); equal to epsilon for symmetric PPO clipping."""
+    beta: float = 0.0
+    """KL-to-reference coefficient (k3 estimator); 0 loads no reference model."""
+    loss_type: str = "dapo"
+    """grpo, dr_grpo or dapo (TRL's meanings)."""
+    ppo_epochs: int = 2
+    """Passes over each iteration's samples (PPO reuse; the clip keeps them on-policy enough)."""
+    num_minibatches: int = 4
+    """Optimizer steps per epoch; the samples of an iteration are split evenly."""
+    micro_batch_size: int = 64
+    max_grad_norm: float = 1.0
+    warmup_steps: int = 10
+    """Linear learning-rate warm-up over the first optimizer steps of RL."""
+    # -- warm-up (SFT on expert demonstrations) ---------------------------------------
+    sft_steps: int = 90
+    """Supervised steps on expert_action demonstrations before RL; 0 skips warm-up."""
+    sft_episodes: int = 200
+    sft_batch_size: int = 64
+    sft_lr: float = 1e-3
+    sft_noise: float = 0.3
+    """Probability of a random command while recording demos (labels stay expert)."""
+    # -- evaluation, logging, checkpoints ---------------------------------------------
+    eval_episodes: int = 64
+    """Held-out episodes after warm-up and at the end; 0 skips evaluation."""
+    save_every: int = 0
+    """Checkpoint every N iterations (0: only at the end)."""
+    transcripts: int = 1
+    """Full episodes written as text per iteration (TensorBoard + transcripts.jsonl)."""
+
+
+class ConfigError(ValueError):
+    """A user mistake in the configuration; the message says how to fix it."""
+
+
+def load_preset(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path!r} not found; pass a YAML file from configs/")
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of option: value")
+    names = {f.name for f in dataclasses.fields(Config)}
+    for key in data:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"{path}: unknown option {key!r}{hint}")
+    return data
+
+
+def parse_config(argv: list[str] | None = None) -> Config:
+    """Defaults < --config YAML < flags. Raises ConfigError on a user mistake."""
+    import tyro
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    base = Config()
+    if "--config" in argv:
+        i = argv.index("--config")
+        if i + 1 >= len(argv):
+            raise ConfigError("--config needs a path, e.g. --config configs/default.yaml")
+        path = argv[i + 1]
+        del argv[i : i + 2]
+        base = Config(**load_preset(path))
+    return tyro.cli(Config, default=base, args=argv, description=__doc__)
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
+
+
+def check_env_id(env_id: str) -> None:
+    import gymnasium as gym
+
+    import envs  # noqa: F401  (registers the built-in ids)
+
+    module = env_id.split(":")[0] if ":" in env_id else None
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(f"cannot import {module!r} for --env {env_id}: {e}") from None
+    name = env_id.split(":")[-1]
+    if name not in gym.registry:
+        close = difflib.get_close_matches(name, list(gym.registry), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"unknown env id {name!r}{hint} (python -m envs lists them)")
+
+
+def validate(cfg: Config) -> None:
+    """Cheap checks, before any model or env loads. Raises ConfigError."""
+    from agents.model import TINY, is_local_path
+
+    _choice("algo", cfg.algo, ALGOS)
+    _choice("norm", cfg.norm, NORMS)
+    _choice("episode_baseline", cfg.episode_baseline, BASELINES)
+    _choice("loss_type", cfg.loss_type, LOSS_TYPES)
+    _choice("dtype", cfg.dtype, ("float32", "bfloat16", "float16"))
+    if cfg.group_size < 2:
+        raise ConfigError(f"group_size must be >= 2 (got {cfg.group_size}): groups compare rollouts")
+    positive = ("iterations", "num_groups", "max_new_tokens", "max_prompt_tokens",
+                "generation_batch_size", "ppo_epochs", "num_minibatches", "micro_batch_size",
+                "sft_batch_size")  # fmt: skip
+    for name in positive:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{name} must be >= 1 (got {getattr(cfg, name)})")
+    for name in ("sft_steps", "sft_episodes", "eval_episodes", "save_every", "memory",
+                 "transcripts", "beta", "invalid_penalty", "temperature"):  # fmt: skip
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"{name} must be >= 0 (got {getattr(cfg, name)})")
+    if not 0.0 <= cfg.gamma <= 1.0:
+        raise ConfigError(f"gamma must be in [0, 1] (got {cfg.gamma})")
+    if not 0.0 < cfg.top_p <= 1.0:
+        raise ConfigError(f"top_p must be in (0, 1] (got {cfg.top_p})")
+    if cfg.lr <= 0 or cfg.sft_lr <= 0:
+        raise ConfigError("lr and sft_lr must be > 0")
+    if not 0.0 < cfg.epsilon < 1.0 or cfg.epsilon_high < cfg.epsilon:
+        raise ConfigError("need 0 < epsilon < 1 and epsilon_high >= epsilon")
+    if not 0.0 <= cfg.sft_noise <= 1.0:
+        raise ConfigError(f"sft_noise must be in [0, 1] (got {cfg.sft_noise})")
+    if cfg.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda asked for, but no CUDA device is visible; use --device cpu")
+    elif cfg.device not in ("auto", "cpu"):
+        raise ConfigError(f"unknown device {cfg.device!r}; use auto, cpu or cuda[:N]")
+    if cfg.model != TINY and is_local_path(cfg.model) and not os.path.exists(os.path.expanduser(cfg.model)):
+        raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, or tiny")
+    check_env_id(cfg.env)

@@ -1,0 +1,48 @@
+"""Rollout metrics: what the collected episodes say, as namespaced scalars."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from algos.collector import Trajectory
+
+
+def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    steps = [s for t in trajs for s in t.steps]
+    returns = np.array([t.episode_return for t in trajs])
+    by_group: dict[int, list[float]] = {}
+    for t in trajs:
+        by_group.setdefault(t.group_id, []).append(t.episode_return)
+    zero_std = [float(np.ptp(r) == 0) for r in by_group.values()]
+    return {
+        "rollout/success_rate": float(np.mean([t.won for t in trajs])),
+        "rollout/episode_return": float(returns.mean()),
+        "rollout/episode_length": float(np.mean([len(t.steps) for t in trajs])),
+        "rollout/invalid_action_rate": float(np.mean([not s.action_valid for s in steps])),
+        "rollout/parse_error_rate": float(np.mean([s.parse_status != "ok" for s in steps])),
+        "rollout/frac_zero_std_groups": float(np.mean(zero_std)),
+        "rollout/response_tokens": float(np.mean([len(s.response_ids) for s in steps])),
+        "rollout/prompt_tokens": float(np.mean([len(s.prompt_ids) for s in steps])),
+        "rollout/steps": float(len(steps)),
+    }
+
+
+def transcript(traj: Trajectory, advantages: dict[tuple[int, int], float] | None = None) -> dict:
+    """One episode as a JSON-able record: per step the view, the response and the outcome."""
+    rows = []
+    for s in traj.steps:
+        row = dict(t=s.t, observation=s.observation, response=s.response, action=s.action,
+                   status=s.parse_status, valid=s.action_valid, reward=s.reward)  # fmt: skip
+        if advantages is not None:
+            row["advantage"] = advantages.get((s.traj_id, s.t))
+        rows.append(row)
+    return dict(group=traj.group_id, seed=traj.seed, task=traj.task, won=traj.won, steps=rows)
+
+
+def transcript_markdown(record: dict) -> str:
+    lines = [f"**task** {record['task']}  **seed** {record['seed']}  **won** {record['won']}", ""]
+    for r in record["steps"]:
+        adv = f" adv={r['advantage']:+.3f}" if r.get("advantage") is not None else ""
+        lines.append(f"{r['t']}. {r['observation']}  ")
+        lines.append(f"   -> `{r['response']}` [{r['status']}] r={r['reward']:g}{adv}  ")
+    return "\n".join(lines)

@@ -1,0 +1,71 @@
+"""The run directory (DESIGN.md contract): config, metrics, TensorBoard, transcripts, checkpoints.
+
+DIR/config.yaml              the fully resolved config
+DIR/metrics.jsonl            one JSON object per iteration: iteration + scalar tags
+DIR/events.out.tfevents.*    TensorBoard scalars (same tags) and transcripts as text
+DIR/transcripts.jsonl        sampled full episodes
+DIR/checkpoints/iter_N/      Hugging Face format (safetensors) + trainer_state.pt
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+
+class RunDir:
+    def __init__(self, path: str | Path, config) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        resolved = dataclasses.asdict(config)
+        with open(self.path / "config.yaml", "w") as f:
+            yaml.safe_dump(resolved, f, sort_keys=False)
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.tb = SummaryWriter(log_dir=str(self.path))
+        table = "\n".join(f"|{k}|{v}|" for k, v in resolved.items())
+        self.tb.add_text("hyperparameters", f"|option|value|\n|-|-|\n{table}")
+        self._metrics = open(self.path / "metrics.jsonl", "a")  # noqa: SIM115 (closed in close())
+        self._transcripts = open(self.path / "transcripts.jsonl", "a")  # noqa: SIM115
+
+    def log(self, iteration: int, metrics: dict[str, float]) -> None:
+        clean = {k: float(v) for k, v in metrics.items()}
+        for k, v in clean.items():
+            if math.isfinite(v):
+                self.tb.add_scalar(k, v, iteration)
+        # JSON has no NaN/inf: such values are written as null
+        record = {"iteration": iteration, **{k: v if math.isfinite(v) else None for k, v in clean.items()}}
+        self._metrics.write(json.dumps(record) + "\n")
+        self._metrics.flush()
+        self.tb.flush()
+
+    def log_transcript(self, iteration: int, record: dict, markdown: str) -> None:
+        self._transcripts.write(json.dumps({"iteration": iteration, **record}) + "\n")
+        self._transcripts.flush()
+        self.tb.add_text("transcripts", markdown, iteration)
+
+    def save_checkpoint(self, iteration: int, model, tokenizer, trainer_state: dict) -> Path:
+        """Write into a temp folder, then rename: a crash never leaves half a checkpoint."""
+        final = self.path / "checkpoints" / f"iter_{iteration}"
+        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{time.time_ns()}")
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        torch.save(trainer_state, tmp / "trainer_state.pt")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        return final
+
+    def close(self) -> None:
+        self.tb.close()
+        self._metrics.close()
+        self._transcripts.close()

@@ -1,0 +1,57 @@
+"""Cold start: supervised warm-up on expert demonstrations drawn from the env.
+
+A randomly initialised (or generic) model almost never finishes a multi-step task, so
+every group would have equal rewards and GRPO/GiGPO would have no signal. The warm-up
+records prompts exactly as the agent builds them, labelled with the env's
+`info["expert_action"]`, and trains on `<action>...</action>` + EOS. While recording, a
+random admissible command is taken with probability `noise` (the label stays the
+expert's): the model then also sees how to recover from states the expert never visits.
+"""
+
+from __future__ import annotations
+
+import random
+
+import gymnasium as gym
+from tqdm import tqdm
+
+import envs  # noqa: F401  (registers the built-in ids)
+from agents.agent import LLMAgent, View
+from algos.learner import Learner, Sample
+
+
+def expert_demos(agent: LLMAgent, env_id: str, seeds: list[int], noise: float, rng: random.Random):
+    """(prompt ids, target ids) for every step of expert-labelled episodes."""
+    tok = agent.tokenizer
+    env = gym.make(env_id)
+    demos: list[Sample] = []
+    for seed in seeds:
+        obs, info = env.reset(seed=seed)
+        history: list[tuple[str, str]] = []
+        while info.get("expert_action") is not None:
+            label = info["expert_action"]
+            adm = info.get("admissible_commands")
+            view = View(info["task"], tuple(history), obs, tuple(adm) if adm is not None else None)
+            target = tok(f"<action>{label}</action>", add_special_tokens=False)["input_ids"]
+            target = target + [tok.eos_token_id]
+            demos.append(Sample(agent.prompt_ids(view), target, 0.0, [0.0] * len(target)))
+            action = rng.choice(adm) if adm and rng.random() < noise else label
+            history.append((obs, action))
+            obs, _, term, trunc, info = env.step(action)
+            if term or trunc:
+                break
+    env.close()
+    if not demos:
+        raise RuntimeError(f"{env_id} gave no expert_action: warm-up needs an env with an expert")
+    return demos
+
+
+def warm_up(learner: Learner, demos: list[Sample], steps: int, batch_size: int, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    losses = []
+    bar = tqdm(range(steps), desc="warm-up (SFT)", leave=False, dynamic_ncols=True)
+    for _ in bar:
+        loss = learner.sft_step(rng.sample(demos, min(batch_size, len(demos))))
+        losses.append(loss)
+        bar.set_postfix(loss=f"{loss:.3f}")
+    return losses

@@ -1,0 +1,183 @@
+"""Train an LLM agent on a multi-step text env with GRPO or GiGPO.
+
+    python -m algos.train                                   # the default job (CPU, minutes)
+    python -m algos.train --env KeyDoor-Hard-v0 --algo grpo --iterations 50 --seed 1
+    python -m algos.train --config configs/qwen2.5-1.5b.yaml --model Qwen/Qwen2.5-1.5B-Instruct
+
+One iteration: collect num_groups x group_size episodes (the envs of a group share a
+seed), compute advantages (GRPO: episode-level; GiGPO: episode + step-level anchor
+states), turn every env step into a sample, run a PPO-clip update, log. Before RL, an
+optional SFT warm-up on the env's expert actions gives the model partial competence, so
+that groups have different outcomes and RL has a signal.
+
+Deliberately left out here: vLLM generation, distributed training and resume (see the
+docs for the roadmap); the loop is written so that each can slot in as its own room.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from dataclasses import asdict, replace
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from agents.agent import LLMAgent
+from agents.backend import HFBackend, Sampling
+from agents.model import load_model, load_tokenizer, resolve_model
+from agents.prompt import PromptBuilder
+from algos.advantages import anchor_group_sizes, gigpo_advantages, grpo_advantages
+from algos.collector import Collector, Trajectory
+from algos.config import Config, ConfigError, parse_config, validate
+from algos.learner import Learner, LearnerConfig, Sample
+from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
+from algos.run_dir import RunDir
+from algos.sft import expert_demos, warm_up
+
+EVAL_SEED_BASE = 1_000_000_000  # eval seeds never collide with training seeds
+
+
+def compute_advantages(cfg: Config, trajs: list[Trajectory]) -> tuple[np.ndarray, dict]:
+    steps = [s for t in trajs for s in t.steps]
+    # The invalid-action penalty enters the step reward, before returns and advantages.
+    rewards = np.array([s.reward - cfg.invalid_penalty * (not s.action_valid) for s in steps])
+    traj_ids = np.array([s.traj_id for s in steps])
+    group_ids = np.array([s.group_id for s in steps])
+    keys = [s.state_key for s in steps]
+    common = dict(norm=cfg.norm, episode_baseline=cfg.episode_baseline)
+    if cfg.algo == "gigpo":
+        adv = gigpo_advantages(rewards, traj_ids, group_ids, keys, gamma=cfg.gamma, omega=cfg.omega, **common)
+    else:
+        adv = grpo_advantages(rewards, traj_ids, group_ids, **common)
+    sizes = anchor_group_sizes(group_ids, keys)
+    stats = {
+        "gigpo/anchor_group_size_mean": float(sizes.mean()),
+        "gigpo/singleton_frac": float((sizes == 1).mean()),
+        "adv/mean": float(adv.mean()),
+        "adv/std": float(adv.std()),
+        "adv/abs_max": float(np.abs(adv).max()),
+    }
+    return adv, stats
+
+
+def evaluate(agent: LLMAgent, cfg: Config, episodes: int) -> dict[str, float]:
+    """Held-out episodes, one per seed, sampled at the training temperature."""
+    collector = Collector(cfg.env, num_groups=episodes, group_size=1)
+    seeds = [EVAL_SEED_BASE + cfg.seed * 10_000 + i for i in range(episodes)]
+    trajs = collector.collect(agent, seeds)
+    collector.close()
+    m = rollout_metrics(trajs)
+    return {"eval/success_rate": m["rollout/success_rate"], "eval/episode_length": m["rollout/episode_length"]}
+
+
+def build(cfg: Config):
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    path = resolve_model(cfg.model)
+    tokenizer = load_tokenizer(path, cfg.trust_remote_code)
+    model = load_model(path, device, getattr(torch, cfg.dtype), cfg.trust_remote_code)
+    eos = [tokenizer.eos_token_id] + [i for i in [model.generation_config.eos_token_id] if isinstance(i, int)]
+    backend = HFBackend(model, eos, tokenizer.pad_token_id, cfg.generation_batch_size, cfg.seed)
+    sampling = Sampling(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
+    agent = LLMAgent(tokenizer, backend, PromptBuilder(cfg.memory), sampling, cfg.max_prompt_tokens)
+    learner_cfg = LearnerConfig(
+        lr=cfg.lr, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
+        loss_type=cfg.loss_type, ppo_epochs=cfg.ppo_epochs, num_minibatches=cfg.num_minibatches,
+        micro_batch_size=cfg.micro_batch_size, max_grad_norm=cfg.max_grad_norm, warmup_steps=cfg.warmup_steps,
+        temperature=cfg.temperature if cfg.temperature > 0 else 1.0, max_new_tokens=cfg.max_new_tokens,
+    )  # fmt: skip
+    return model, tokenizer, agent, learner_cfg
+
+
+def train(cfg: Config) -> RunDir:
+    if not cfg.output_dir:
+        cfg.output_dir = f"runs/{cfg.env.split(':')[-1]}-{cfg.algo}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    model, tokenizer, agent, learner_cfg = build(cfg)
+    run = RunDir(cfg.output_dir, cfg)
+    print(f"run directory: {run.path}  (tensorboard --logdir {run.path})", file=sys.stderr)
+    rng = np.random.default_rng(cfg.seed)
+
+    # ---- warm-up: SFT on expert demonstrations -------------------------------------
+    if cfg.sft_steps > 0:
+        demo_seeds = [int(s) for s in rng.integers(0, EVAL_SEED_BASE, cfg.sft_episodes)]
+        demos = expert_demos(agent, cfg.env, demo_seeds, cfg.sft_noise, random.Random(cfg.seed))
+        sft = Learner(model, replace(learner_cfg, lr=cfg.sft_lr), tokenizer.pad_token_id, seed=cfg.seed)
+        losses = warm_up(sft, demos, cfg.sft_steps, cfg.sft_batch_size, cfg.seed)
+        run.log(0, {"sft/loss": float(np.mean(losses[-10:])), "sft/demos": len(demos)})
+    if cfg.eval_episodes:
+        warm = evaluate(agent, cfg, cfg.eval_episodes)
+        run.log(0, warm)
+        print(f"success after warm-up: {warm['eval/success_rate']:.1%}", file=sys.stderr)
+
+    # ---- RL -------------------------------------------------------------------------
+    ref = None
+    if cfg.beta > 0:  # the frozen reference is the policy RL starts from
+        ref = load_model(resolve_model(cfg.model), model.device, model.dtype, cfg.trust_remote_code)
+        ref.load_state_dict(model.state_dict())
+        ref.eval().requires_grad_(False)
+    learner = Learner(model, learner_cfg, tokenizer.pad_token_id, ref_model=ref, seed=cfg.seed)
+    collector = Collector(cfg.env, cfg.num_groups, cfg.group_size)
+    bar = tqdm(range(1, cfg.iterations + 1), desc=f"{cfg.algo} {cfg.env}", dynamic_ncols=True)
+    for it in bar:
+        t0 = time.perf_counter()
+        seeds = [int(s) for s in rng.integers(0, EVAL_SEED_BASE, cfg.num_groups)]
+        trajs = collector.collect(agent, seeds, first_traj_id=(it - 1) * len(collector.envs))
+        t_gen = time.perf_counter() - t0
+
+        adv, adv_stats = compute_advantages(cfg, trajs)
+        steps = [s for t in trajs for s in t.steps]
+        samples = [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs) for s, a in zip(steps, adv)]
+        t1 = time.perf_counter()
+        train_stats = learner.update(samples)
+        t_train = time.perf_counter() - t1
+
+        metrics = {**rollout_metrics(trajs), **adv_stats, **train_stats}
+        metrics.update(
+            {"time/iteration_s": time.perf_counter() - t0, "time/generate_s": t_gen, "time/train_s": t_train}
+        )
+        run.log(it, metrics)
+        by_step = {(s.traj_id, s.t): float(a) for s, a in zip(steps, adv)}
+        for traj in trajs[: cfg.transcripts]:
+            record = transcript(traj, by_step)
+            run.log_transcript(it, record, transcript_markdown(record))
+        if cfg.save_every and it % cfg.save_every == 0 and it < cfg.iterations:
+            save(run, it, model, tokenizer, learner, cfg)
+        bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", loss=f"{metrics['train/loss']:.3f}")
+    collector.close()
+
+    # ---- final evaluation and checkpoint --------------------------------------------
+    if cfg.eval_episodes:
+        final = evaluate(agent, cfg, cfg.eval_episodes)
+        run.log(cfg.iterations, final)
+        print(f"success after RL: {final['eval/success_rate']:.1%}", file=sys.stderr)
+    path = save(run, cfg.iterations, model, tokenizer, learner, cfg)
+    print(f"checkpoint: {path}", file=sys.stderr)
+    run.close()
+    return run
+
+
+def save(run: RunDir, it: int, model, tokenizer, learner: Learner, cfg: Config):
+    state = {"iteration": it, "optimizer": learner.optimizer.state_dict(), "config": asdict(cfg)}
+    return run.save_checkpoint(it, model, tokenizer, state)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = parse_config(argv)
+        validate(cfg)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    train(cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""TextEnv: the base class of every text environment in this package.
+
+A TextEnv is a plain `gymnasium.Env[str, str]`: observations and actions are strings,
+`step` returns Gymnasium's 5-tuple, and `reward` is the reward of this step only.
+What makes it usable by the trainer is the info contract (DESIGN.md), filled on every
+`reset` and `step`:
+
+    state_key            canonical description of the true state (GiGPO anchors)
+    admissible_commands  list[str] | None
+    won, lost            bool
+    expert_action        str | None: a next action of a good policy
+    task                 the goal text shown to the agent
+    action_valid         False when the last action was not a legal command
+
+Subclasses implement `_reset_state`, `_apply`, `_describe`, `_state_key`,
+`_admissible` and `_expert`; the base class assembles observations and info so that
+every env fills the contract the same way. Invalid actions never raise: the env
+answers with feedback and `action_valid=False`.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+# Printable ASCII: letters, digits, punctuation and whitespace. The default Text charset
+# is alphanumeric only and rejects sentences (and then fails check_env).
+CHARSET = frozenset(string.printable)
+MAX_TEXT = 8192
+
+
+def text_space(min_length: int = 1) -> spaces.Text:
+    return spaces.Text(max_length=MAX_TEXT, min_length=min_length, charset=CHARSET)
+
+
+def clean_action(action: Any) -> str:
+    """Any model output -> one lowercase command line with single spaces."""
+    text = action if isinstance(action, str) else str(action)
+    return " ".join(text.lower().split())
+
+
+def fit_text(text: str) -> str:
+    """Keep observations inside the Text space: printable ASCII, bounded length."""
+    text = "".join(ch if ch in CHARSET else "?" for ch in text)
+    return text[:MAX_TEXT] or "."
+
+
+class TextEnv(gym.Env[str, str]):
+    """Base class: a turn-based text game with the DESIGN.md info contract."""
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.observation_space = text_space(min_length=1)
+        self.action_space = text_space(min_length=0)
+        self.render_mode = render_mode
+        self._last_obs = ""
+        self._won = False
+        self._lost = False
+
+    # -- subclass hooks ----------------------------------------------------------
+    def _reset_state(self) -> None:
+        raise NotImplementedError
+
+    def _apply(self, command: str) -> tuple[str, float, bool]:
+        """Apply a cleaned command. Returns (feedback, reward, action_valid)."""
+        raise NotImplementedError
+
+    def _describe(self) -> str:
+        raise NotImplementedError
+
+    def _state_key(self) -> str:
+        raise NotImplementedError
+
+    def _admissible(self) -> list[str] | None:
+        return None
+
+    def _expert(self) -> str | None:
+        return None
+
+    @property
+    def task(self) -> str:
+        raise NotImplementedError
+
+    # -- Gymnasium API -------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._won = self._lost = False
+        self._reset_state()
+        self._last_obs = fit_text(self._describe())
+        return self._last_obs, self._info(action_valid=True)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._won or self._lost:
+            raise RuntimeError("step() called after the episode ended; call reset() first")
+        feedback, reward, valid = self._apply(clean_action(action))
+        done = self._won or self._lost
+        text = feedback if done else f"{feedback} {self._describe()}"
+        self._last_obs = fit_text(text)
+        return self._last_obs, float(reward), done, False, self._info(action_valid=valid)
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._last_obs
+        return None
+
+    def _info(self, action_valid: bool) -> dict[str, Any]:
+        done = self._won or self._lost
+        return {
+            "state_key": self._state_key(),
+            "admissible_commands": None if done else self._admissible(),
+            "won": self._won,
+            "lost": self._lost,
+            "expert_action": None if done else self._expert(),
+            "task": self.task,
+            "action_valid": action_valid,
+        }

@@ -1,0 +1,107 @@
+import copy
+import math
+import random
+
+import pytest
+import torch
+
+from algos.learner import Learner, LearnerConfig, Sample, aggregate, collate, ppo_token_loss, response_logprobs
+
+
+def test_ratio_one_reduces_to_the_policy_gradient():
+    logp = torch.tensor([[-0.5, -1.0], [-2.0, -0.1]], requires_grad=True)
+    adv = torch.tensor([2.0, -1.0])
+    loss, _ = ppo_token_loss(logp, logp.detach(), adv, 0.2, 0.28)
+    loss.sum().backward()
+    pg = logp.detach().clone().requires_grad_(True)
+    (-(adv[:, None] * pg)).sum().backward()
+    assert torch.allclose(logp.grad, pg.grad)
+    assert torch.allclose(loss, -adv[:, None].expand(2, 2))
+
+
+def test_clipping_hand_computed():
+    old = torch.zeros(1, 4)
+    logp = torch.log(torch.tensor([[1.5, 1.5, 0.5, 0.5]])).requires_grad_(True)
+    # one sequence per column would need per-token advantages: use 4 sequences of 1 token
+    logp4, old4 = logp.T, old.T
+    adv = torch.tensor([1.0, -1.0, -1.0, 1.0])
+    loss, info = ppo_token_loss(logp4, old4, adv, epsilon=0.2, epsilon_high=0.28)
+    # A>0, r=1.5: clipped at 1.28; A<0, r=1.5: unclipped 1.5; A<0, r=0.5: clipped at 0.8;
+    # A>0, r=0.5: unclipped 0.5 (the pessimistic branch)
+    assert torch.allclose(loss[:, 0], torch.tensor([-1.28, 1.5, 0.8, -0.5]))
+    assert info["clipped"][:, 0].tolist() == [True, False, True, False]
+    loss.sum().backward()
+    grad = logp.grad[0]
+    assert grad[0] == 0 and grad[2] == 0  # clipped tokens carry no gradient
+    assert torch.isclose(grad[1], torch.tensor(1.5)) and torch.isclose(grad[3], torch.tensor(-0.5))
+
+
+def test_k3_kl_hand_computed():
+    logp = torch.log(torch.tensor([[0.25]]))
+    ref = torch.log(torch.tensor([[0.5]]))
+    loss, info = ppo_token_loss(logp, logp, torch.tensor([0.0]), 0.2, 0.2, ref_logp=ref, beta=0.1)
+    expected = 2.0 - math.log(2.0) - 1.0  # e^d - d - 1 with d = log 2
+    assert math.isclose(info["kl"].item(), expected, rel_tol=1e-6)
+    assert math.isclose(loss.item(), 0.1 * expected, rel_tol=1e-6)
+
+
+def test_aggregation_modes_hand_computed():
+    tok = torch.tensor([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert aggregate(tok, mask, "dapo", 2, 3, 4).item() == pytest.approx(2.0)  # 6 / 3 tokens
+    assert aggregate(tok, mask, "grpo", 2, 3, 4).item() == pytest.approx(2.25)  # (1.5 + 3) / 2
+    assert aggregate(tok, mask, "dr_grpo", 2, 3, 4).item() == pytest.approx(0.75)  # 6 / (2 x 4)
+    with pytest.raises(ValueError, match="loss_type"):
+        aggregate(tok, mask, "sum", 2, 3, 4)
+
+
+def _samples(tokenizer, n=6, seed=0):
+    rng = random.Random(seed)
+    vocab = len(tokenizer)
+    out = []
+    for _ in range(n):
+        p = [rng.randrange(3, vocab) for _ in range(rng.randint(3, 9))]
+        r = [rng.randrange(3, vocab) for _ in range(rng.randint(1, 5))]
+        out.append(Sample(p, r, rng.uniform(-1, 1), [rng.uniform(-6, -4) for _ in r]))
+    return out
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
+def test_micro_batches_give_the_same_update_as_one_batch(tiny, loss_type):
+    model, tokenizer = tiny
+    samples = _samples(tokenizer)
+    params = []
+    for micro in (1, 4, 64):
+        m = copy.deepcopy(model)
+        cfg = LearnerConfig(loss_type=loss_type, micro_batch_size=micro, num_minibatches=1, max_grad_norm=1e9)
+        learner = Learner(m, cfg, tokenizer.pad_token_id)
+        learner.optimizer = torch.optim.SGD(m.parameters(), lr=1.0)  # delta = -gradient
+        learner.scheduler = torch.optim.lr_scheduler.LambdaLR(learner.optimizer, lambda _: 1.0)
+        learner.update(samples)
+        params.append(torch.cat([p.detach().flatten() for p in m.parameters()]))
+    base = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert (params[0] - base).abs().max() > 1e-6  # the update did something
+    assert torch.allclose(params[0], params[1], atol=1e-6) and torch.allclose(params[0], params[2], atol=1e-6)
+
+
+def test_response_logprobs_ignore_padding(tiny):
+    model, tokenizer = tiny
+    samples = _samples(tokenizer, n=4)
+    pad = tokenizer.pad_token_id
+    with torch.no_grad():
+        together, _ = response_logprobs(model, collate(samples, pad, "cpu"))
+        for row, s in enumerate(samples):
+            alone, _ = response_logprobs(model, collate([s], pad, "cpu"))
+            n = len(s.response_ids)
+            assert torch.allclose(together[row, -n:], alone[0], atol=1e-5)
+
+
+def test_non_finite_gradient_skips_the_step(tiny):
+    model, tokenizer = tiny
+    m = copy.deepcopy(model)
+    learner = Learner(m, LearnerConfig(num_minibatches=1), tokenizer.pad_token_id)
+    bad = [Sample(s.prompt_ids, s.response_ids, float("nan"), s.old_logprobs) for s in _samples(tokenizer)]
+    before = [p.detach().clone() for p in m.parameters()]
+    stats = learner.update(bad)
+    assert stats["train/skipped_steps"] == 1.0
+    assert all(torch.equal(a, b) for a, b in zip(before, m.parameters()))

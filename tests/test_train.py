@@ -1,0 +1,78 @@
+"""End-to-end: the real entry point, tiny budgets, the run-directory contract."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from algos.train import main
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTRACT_KEYS = [
+    "rollout/success_rate", "rollout/episode_return", "rollout/episode_length",
+    "rollout/invalid_action_rate", "rollout/frac_zero_std_groups", "gigpo/anchor_group_size_mean",
+    "gigpo/singleton_frac", "train/loss", "train/kl", "train/clip_frac", "train/entropy",
+    "train/grad_norm", "time/iteration_s", "time/generate_s", "time/train_s",
+]  # fmt: skip
+TINY_RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "3",
+            "--eval-episodes", "2", "--max-new-tokens", "8"]  # fmt: skip
+
+
+@pytest.mark.parametrize("algo", ["gigpo", "grpo"])
+def test_one_iteration_writes_the_run_directory_contract(tmp_path, algo):
+    out = tmp_path / "run"
+    assert main(["--algo", algo, "--iterations", "1", "--output-dir", str(out), *TINY_RUN]) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in rows if r["iteration"] == 1 and "train/loss" in r]
+    assert len(rl) == 1
+    for key in CONTRACT_KEYS:
+        assert rl[0][key] is not None, key
+    assert 0.0 <= rl[0]["rollout/success_rate"] <= 1.0
+    assert any("eval/success_rate" in r for r in rows if r["iteration"] == 0)  # after warm-up
+    assert yaml.safe_load((out / "config.yaml").read_text())["algo"] == algo
+    assert list(out.glob("events.out.tfevents.*"))
+    assert (out / "transcripts.jsonl").read_text().strip()
+    ckpt = out / "checkpoints" / "iter_1"
+    assert (ckpt / "model.safetensors").exists() and (ckpt / "trainer_state.pt").exists()
+    AutoModelForCausalLM.from_pretrained(ckpt)
+    AutoTokenizer.from_pretrained(ckpt)
+
+
+def test_training_continues_from_a_checkpoint(tmp_path):
+    first = tmp_path / "first"
+    assert main(["--iterations", "1", "--output-dir", str(first), *TINY_RUN]) == 0
+    ckpt = first / "checkpoints" / "iter_1"
+    second = tmp_path / "second"
+    assert main(["--model", str(ckpt), "--iterations", "1", "--output-dir", str(second), *TINY_RUN]) == 0
+    assert yaml.safe_load((second / "config.yaml").read_text())["model"] == str(ckpt)
+    assert (second / "checkpoints" / "iter_1" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--env", "KeyDor-v0"], "did you mean KeyDoor-v0"),
+        (["--env", "nosuchpkg:Thing-v0"], "cannot import 'nosuchpkg'"),
+        (["--algo", "ppo"], "choose one of: grpo, gigpo"),
+        (["--group-size", "1"], "group_size must be >= 2"),
+        (["--iterations", "0"], "iterations must be >= 1"),
+        (["--model", "./no/such/checkpoint"], "does not exist"),
+        (["--config", "configs/nope.yaml"], "not found"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(capsys, flags, needle, tmp_path):
+    assert main([*flags, "--output-dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and needle in err and "\n" not in err
+    assert not (tmp_path / "x").exists()  # nothing was created before the check
+
+
+def test_cli_exit_code_without_loading_a_model():
+    proc = subprocess.run(
+        [sys.executable, "-m", "algos.train", "--algo", "nope"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
