@@ -87,8 +87,9 @@ class Config:
     warmup_steps: int = 10
     """Linear learning-rate warm-up over the first optimizer steps of RL."""
     # -- warm-up (SFT on expert demonstrations) ---------------------------------------
-    sft_steps: int = 90
-    """Supervised steps on expert_action demonstrations before RL; 0 skips warm-up."""
+    sft_steps: int | None = None
+    """Supervised steps on expert_action demonstrations before RL; 0 skips warm-up.
+    Unset: 90 from a fresh model, 0 when --model is a checkpoint of this trainer."""
     sft_episodes: int = 200
     sft_batch_size: int = 64
     sft_lr: float = 1e-3
@@ -136,7 +137,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         path = argv[i + 1]
         del argv[i : i + 2]
         base = Config(**load_preset(path))
-    return tyro.cli(Config, default=base, args=argv, description=__doc__)
+    return tyro.cli(Config, default=base, args=argv, description=__doc__, prog="python -m algos.train")
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -179,7 +180,9 @@ def validate(cfg: Config) -> None:
     for name in positive:
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name} must be >= 1 (got {getattr(cfg, name)})")
-    for name in ("sft_steps", "sft_episodes", "eval_episodes", "save_every", "memory",
+    if cfg.sft_steps is not None and cfg.sft_steps < 0:
+        raise ConfigError(f"sft_steps must be >= 0 (got {cfg.sft_steps})")
+    for name in ("sft_episodes", "eval_episodes", "save_every", "memory",
                  "transcripts", "beta", "invalid_penalty", "temperature"):  # fmt: skip
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} must be >= 0 (got {getattr(cfg, name)})")

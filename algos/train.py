@@ -16,10 +16,11 @@ docs for the roadmap); the loop is written so that each can slot in as its own r
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 
 import numpy as np
 import torch
@@ -38,6 +39,7 @@ from algos.run_dir import RunDir
 from algos.sft import expert_demos, warm_up
 
 EVAL_SEED_BASE = 1_000_000_000  # eval seeds never collide with training seeds
+DEFAULT_SFT_STEPS = 90
 
 
 def compute_advantages(cfg: Config, trajs: list[Trajectory]) -> tuple[np.ndarray, dict]:
@@ -80,22 +82,22 @@ def build(cfg: Config):
     path = resolve_model(cfg.model)
     tokenizer = load_tokenizer(path, cfg.trust_remote_code)
     model = load_model(path, device, getattr(torch, cfg.dtype), cfg.trust_remote_code)
-    eos = [tokenizer.eos_token_id] + [i for i in [model.generation_config.eos_token_id] if isinstance(i, int)]
+    extra = model.generation_config.eos_token_id  # chat models often stop on several ids
+    eos = [tokenizer.eos_token_id] + (extra if isinstance(extra, list) else [extra] if extra is not None else [])
     backend = HFBackend(model, eos, tokenizer.pad_token_id, cfg.generation_batch_size, cfg.seed)
     sampling = Sampling(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
     agent = LLMAgent(tokenizer, backend, PromptBuilder(cfg.memory), sampling, cfg.max_prompt_tokens)
-    learner_cfg = LearnerConfig(
-        lr=cfg.lr, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
-        loss_type=cfg.loss_type, ppo_epochs=cfg.ppo_epochs, num_minibatches=cfg.num_minibatches,
-        micro_batch_size=cfg.micro_batch_size, max_grad_norm=cfg.max_grad_norm, warmup_steps=cfg.warmup_steps,
-        temperature=cfg.temperature if cfg.temperature > 0 else 1.0, max_new_tokens=cfg.max_new_tokens,
-    )  # fmt: skip
+    # The learner's options carry the same names as the run's; greedy rollouts (T=0) score at T=1.
+    shared = {f.name: getattr(cfg, f.name) for f in fields(LearnerConfig) if hasattr(cfg, f.name)}
+    learner_cfg = LearnerConfig(**{**shared, "temperature": cfg.temperature or 1.0})
     return model, tokenizer, agent, learner_cfg
 
 
 def train(cfg: Config) -> RunDir:
     if not cfg.output_dir:
         cfg.output_dir = f"runs/{cfg.env.split(':')[-1]}-{cfg.algo}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if cfg.sft_steps is None:  # a checkpoint of this trainer is already warmed up
+        cfg.sft_steps = 0 if os.path.exists(os.path.join(cfg.model, "trainer_state.pt")) else DEFAULT_SFT_STEPS
     model, tokenizer, agent, learner_cfg = build(cfg)
     run = RunDir(cfg.output_dir, cfg)
     print(f"run directory: {run.path}  (tensorboard --logdir {run.path})", file=sys.stderr)

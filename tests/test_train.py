@@ -47,8 +47,12 @@ def test_training_continues_from_a_checkpoint(tmp_path):
     assert main(["--iterations", "1", "--output-dir", str(first), *TINY_RUN]) == 0
     ckpt = first / "checkpoints" / "iter_1"
     second = tmp_path / "second"
-    assert main(["--model", str(ckpt), "--iterations", "1", "--output-dir", str(second), *TINY_RUN]) == 0
-    assert yaml.safe_load((second / "config.yaml").read_text())["model"] == str(ckpt)
+    i = TINY_RUN.index("--sft-steps")
+    no_sft = TINY_RUN[:i] + TINY_RUN[i + 2 :]
+    assert main(["--model", str(ckpt), "--iterations", "1", "--output-dir", str(second), *no_sft]) == 0
+    resolved = yaml.safe_load((second / "config.yaml").read_text())
+    assert resolved["model"] == str(ckpt) and resolved["sft_steps"] == 0  # already warmed up
+    assert "sft/loss" not in (second / "metrics.jsonl").read_text()
     assert (second / "checkpoints" / "iter_1" / "model.safetensors").exists()
 
 
