@@ -98,6 +98,8 @@ class Config:
     # -- evaluation, logging, checkpoints ---------------------------------------------
     eval_episodes: int = 64
     """Held-out episodes after warm-up and at the end; 0 skips evaluation."""
+    eval_every: int = 8
+    """Also evaluate on the held-out episodes every N iterations (0: only after warm-up and at the end)."""
     save_every: int = 0
     """Checkpoint every N iterations (0: only at the end)."""
     transcripts: int = 1
@@ -182,7 +184,7 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{name} must be >= 1 (got {getattr(cfg, name)})")
     if cfg.sft_steps is not None and cfg.sft_steps < 0:
         raise ConfigError(f"sft_steps must be >= 0 (got {cfg.sft_steps})")
-    for name in ("sft_episodes", "eval_episodes", "save_every", "memory",
+    for name in ("sft_episodes", "eval_episodes", "eval_every", "save_every", "memory",
                  "transcripts", "beta", "invalid_penalty", "temperature"):  # fmt: skip
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} must be >= 0 (got {getattr(cfg, name)})")

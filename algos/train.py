@@ -146,6 +146,8 @@ def train(cfg: Config) -> RunDir:
         for traj in trajs[: cfg.transcripts]:
             record = transcript(traj, by_step)
             run.log_transcript(it, record, transcript_markdown(record))
+        if cfg.eval_episodes and cfg.eval_every and it % cfg.eval_every == 0 and it < cfg.iterations:
+            run.log(it, evaluate(agent, cfg, cfg.eval_episodes))  # same held-out seeds every time
         if cfg.save_every and it % cfg.save_every == 0 and it < cfg.iterations:
             save(run, it, model, tokenizer, learner, cfg)
         bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", loss=f"{metrics['train/loss']:.3f}")

@@ -44,8 +44,10 @@ def test_one_iteration_writes_the_run_directory_contract(tmp_path, algo):
 
 def test_training_continues_from_a_checkpoint(tmp_path):
     first = tmp_path / "first"
-    assert main(["--iterations", "1", "--output-dir", str(first), *TINY_RUN]) == 0
-    ckpt = first / "checkpoints" / "iter_1"
+    assert main(["--iterations", "2", "--eval-every", "1", "--output-dir", str(first), *TINY_RUN]) == 0
+    rows = [json.loads(line) for line in (first / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows if "eval/success_rate" in r] == [0, 1, 2]
+    ckpt = first / "checkpoints" / "iter_2"
     second = tmp_path / "second"
     i = TINY_RUN.index("--sft-steps")
     no_sft = TINY_RUN[:i] + TINY_RUN[i + 2 :]
