@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 import envs  # noqa: F401  (registers the built-in ids)
 from agents.agent import LLMAgent, View
+from algos.config import ConfigError
 from algos.learner import Learner, Sample
 
 
@@ -42,7 +43,7 @@ def expert_demos(agent: LLMAgent, env_id: str, seeds: list[int], noise: float, r
                 break
     env.close()
     if not demos:
-        raise RuntimeError(f"{env_id} gave no expert_action: warm-up needs an env with an expert")
+        raise ConfigError(f"{env_id} gives no info['expert_action']; pass --sft-steps 0 to train without warm-up")
     return demos
 
 

@@ -68,7 +68,7 @@ def compute_advantages(cfg: Config, trajs: list[Trajectory]) -> tuple[np.ndarray
 def evaluate(agent: LLMAgent, cfg: Config, episodes: int) -> dict[str, float]:
     """Held-out episodes, one per seed, sampled at the training temperature."""
     collector = Collector(cfg.env, num_groups=episodes, group_size=1)
-    seeds = [EVAL_SEED_BASE + cfg.seed * 10_000 + i for i in range(episodes)]
+    seeds = [EVAL_SEED_BASE + i for i in range(episodes)]  # the same layouts for every run
     trajs = collector.collect(agent, seeds)
     collector.close()
     m = rollout_metrics(trajs)
@@ -179,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    train(cfg)
+    try:
+        train(cfg)
+    except ConfigError as e:  # found only once the env or model is loaded
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -5,11 +5,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from algos.train import main
+from envs import TextEnv
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT_KEYS = [
@@ -82,3 +84,36 @@ def test_cli_exit_code_without_loading_a_model():
         [sys.executable, "-m", "algos.train", "--algo", "nope"], cwd=ROOT, capture_output=True, text=True
     )
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+
+
+class _Echo(TextEnv):
+    """A minimal user env: no expert, no admissible list; won by saying 'done'."""
+
+    task = "Say done."
+
+    def _reset_state(self):
+        self.turns = 0
+
+    def _apply(self, command):
+        self.turns += 1
+        self._won = command == "done"
+        return ("Well done." if self._won else "Say done."), float(self._won), True
+
+    def _describe(self):
+        return f"Turn {self.turns}."
+
+    def _state_key(self):
+        return f"turn={self.turns}"
+
+
+gym.register(id="EchoNoExpert-v0", entry_point=_Echo, max_episode_steps=3)
+
+
+def test_env_without_expert_or_admissible_commands(tmp_path, capsys):
+    flags = ["--env", "EchoNoExpert-v0", "--iterations", "1", *TINY_RUN]
+    assert main([*flags, "--output-dir", str(tmp_path / "a")]) == 2  # warm-up needs an expert
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: ") and "--sft-steps 0" in err
+    assert main([*flags, "--sft-steps", "0", "--output-dir", str(tmp_path / "b")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert any("train/loss" in r for r in rows)
