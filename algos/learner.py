@@ -223,7 +223,7 @@ class Learner:
         stats["train/ratio_max"] = (ratio_max, 1.0)
         stats["train/grad_norm"] = (float(grad_norm), 1.0)
         stats["train/lr"] = (self.scheduler.get_last_lr()[0], 1.0)
-        stats["train/skipped_steps"] = (float(not math.isfinite(float(grad_norm))), 1.0)
+        stats["train/skipped_frac"] = (float(not math.isfinite(float(grad_norm))), 1.0)  # of optimizer steps
         return total, stats
 
     def sft_step(self, samples: list[Sample]) -> float:

@@ -103,5 +103,5 @@ def test_non_finite_gradient_skips_the_step(tiny):
     bad = [Sample(s.prompt_ids, s.response_ids, float("nan"), s.old_logprobs) for s in _samples(tokenizer)]
     before = [p.detach().clone() for p in m.parameters()]
     stats = learner.update(bad)
-    assert stats["train/skipped_steps"] == 1.0
+    assert stats["train/skipped_frac"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(before, m.parameters()))
