@@ -31,7 +31,7 @@ from agents.backend import HFBackend, Sampling
 from agents.model import load_model, load_tokenizer, resolve_model
 from agents.prompt import PromptBuilder
 from algos.advantages import anchor_group_sizes, gigpo_advantages, grpo_advantages
-from algos.collector import Collector, Trajectory
+from algos.collector import Collector, Step
 from algos.config import Config, ConfigError, parse_config, validate
 from algos.learner import Learner, LearnerConfig, Sample
 from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
@@ -42,8 +42,8 @@ EVAL_SEED_BASE = 1_000_000_000  # eval seeds never collide with training seeds
 DEFAULT_SFT_STEPS = 90
 
 
-def compute_advantages(cfg: Config, trajs: list[Trajectory]) -> tuple[np.ndarray, dict]:
-    steps = [s for t in trajs for s in t.steps]
+def compute_advantages(cfg: Config, steps: list[Step]) -> tuple[np.ndarray, dict]:
+    """One advantage per step row (rows of a trajectory in time order)."""
     # The invalid-action penalty enters the step reward, before returns and advantages.
     rewards = np.array([s.reward - cfg.invalid_penalty * (not s.action_valid) for s in steps])
     traj_ids = np.array([s.traj_id for s in steps])
@@ -130,8 +130,8 @@ def train(cfg: Config) -> RunDir:
         trajs = collector.collect(agent, seeds, first_traj_id=(it - 1) * len(collector.envs))
         t_gen = time.perf_counter() - t0
 
-        adv, adv_stats = compute_advantages(cfg, trajs)
         steps = [s for t in trajs for s in t.steps]
+        adv, adv_stats = compute_advantages(cfg, steps)
         samples = [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs) for s, a in zip(steps, adv)]
         t1 = time.perf_counter()
         train_stats = learner.update(samples)
