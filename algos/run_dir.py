@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 import yaml
 
+TRAINER_STATE = "trainer_state.pt"  # marks a checkpoint written by this trainer
+
 
 class RunDir:
     def __init__(self, path: str | Path, config) -> None:
@@ -59,7 +61,7 @@ class RunDir:
         tmp.mkdir(parents=True)
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        torch.save(trainer_state, tmp / "trainer_state.pt")
+        torch.save(trainer_state, tmp / TRAINER_STATE)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

@@ -35,7 +35,7 @@ from algos.collector import Collector, Step
 from algos.config import Config, ConfigError, parse_config, validate
 from algos.learner import Learner, LearnerConfig, Sample
 from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
-from algos.run_dir import RunDir
+from algos.run_dir import TRAINER_STATE, RunDir
 from algos.sft import expert_demos, warm_up
 
 EVAL_SEED_BASE = 1_000_000_000  # eval seeds never collide with training seeds
@@ -97,7 +97,8 @@ def train(cfg: Config) -> RunDir:
     if not cfg.output_dir:
         cfg.output_dir = f"runs/{cfg.env.split(':')[-1]}-{cfg.algo}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     if cfg.sft_steps is None:  # a checkpoint of this trainer is already warmed up
-        cfg.sft_steps = 0 if os.path.exists(os.path.join(cfg.model, "trainer_state.pt")) else DEFAULT_SFT_STEPS
+        warmed = os.path.exists(os.path.join(os.path.expanduser(cfg.model), TRAINER_STATE))
+        cfg.sft_steps = 0 if warmed else DEFAULT_SFT_STEPS
     model, tokenizer, agent, learner_cfg = build(cfg)
     run = RunDir(cfg.output_dir, cfg)
     print(f"run directory: {run.path}  (tensorboard --logdir {run.path})", file=sys.stderr)
@@ -170,18 +171,14 @@ def save(run: RunDir, it: int, model, tokenizer, learner: Learner, cfg: Config):
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        cfg = parse_config(argv)
-        validate(cfg)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     try:
-        train(cfg)
-    except ConfigError as e:  # found only once the env or model is loaded
+        cfg = parse_config(argv)
+        validate(cfg)  # before anything heavy loads
+        train(cfg)  # may still find a mistake once the env is loaded (e.g. no expert)
+    except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
