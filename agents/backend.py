@@ -11,6 +11,9 @@ learner computes the same quantity, so with this backend the ratio starts at exa
 
 `HFBackend` is the default and the reference: a plain sampling loop over a Hugging Face
 causal LM with left padding and a KV cache, batched in chunks of similar prompt length.
+`agents.vllm_backend.VLLMBackend` serves the same protocol from a vLLM engine. Both have
+`sync(model)` (after a policy update: make generation use the new weights) and `release()`
+(before the update: free what generation holds); for this backend both are no-ops.
 """
 
 from __future__ import annotations
@@ -37,6 +40,12 @@ class HFBackend:
         self.batch_size = batch_size
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    def sync(self, model) -> None:
+        """Nothing to do: this backend samples from the trained model itself."""
+
+    def release(self) -> None:
+        """Nothing to free between rollouts and updates."""
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> tuple[list[list[int]], list[list[float]]]:

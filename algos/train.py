@@ -10,8 +10,12 @@ states), turn every env step into a sample, run a PPO-clip update, log. Before R
 optional SFT warm-up on the env's expert actions gives the model partial competence, so
 that groups have different outcomes and RL has a signal.
 
-Deliberately left out here: vLLM generation, distributed training and resume (see the
-docs for the roadmap); the loop is written so that each can slot in as its own room.
+Generation runs through the HF backend (the reference) or, with `--backend vllm`, an
+in-process vLLM engine that gets the new weights after every update and is checked against
+the trainer on a probe batch (algos/weight_sync.py).
+
+Deliberately left out here: distributed training and resume (see the docs for the
+roadmap); the loop is written so that each can slot in as its own room.
 """
 
 from __future__ import annotations
@@ -38,11 +42,12 @@ from algos.advantages import (
     similarity_keys,
 )
 from algos.collector import Collector, Step
-from algos.config import Config, ConfigError, env_kwargs, parse_config, validate
+from algos.config import Config, ConfigError, env_kwargs, parse_config, rollout_is_level, validate
 from algos.learner import Learner, LearnerConfig, Sample
 from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
 from algos.run_dir import TRAINER_STATE, RunDir
 from algos.sft import expert_demos, warm_up
+from algos.weight_sync import SyncError, check_gap, logprob_gap, tolerance_for
 from envs import prompt_template
 from envs.base import HELD_OUT_SEED
 
@@ -96,15 +101,54 @@ def build(cfg: Config):
     model = load_model(path, device, getattr(torch, cfg.dtype), cfg.trust_remote_code)
     extra = model.generation_config.eos_token_id  # chat models often stop on several ids
     eos = [tokenizer.eos_token_id] + (extra if isinstance(extra, list) else [extra] if extra is not None else [])
-    backend = HFBackend(model, eos, tokenizer.pad_token_id, cfg.generation_batch_size, cfg.seed)
+    if cfg.backend == "vllm":
+        from agents.vllm_backend import VLLMBackend
+
+        backend = VLLMBackend(path, eos, engine_config(cfg), on_gpu=device.startswith("cuda"), seed=cfg.seed)
+    else:
+        backend = HFBackend(model, eos, tokenizer.pad_token_id, cfg.generation_batch_size, cfg.seed)
     sampling = Sampling(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
     template = prompt_template(cfg.env) if cfg.prompt_template == "auto" else cfg.prompt_template
     prompts = PromptBuilder(cfg.memory, template=template)
     agent = LLMAgent(tokenizer, backend, prompts, sampling, cfg.max_prompt_tokens)
     # The learner's options carry the same names as the run's; greedy rollouts (T=0) score at T=1.
     shared = {f.name: getattr(cfg, f.name) for f in fields(LearnerConfig) if hasattr(cfg, f.name)}
-    learner_cfg = LearnerConfig(**{**shared, "temperature": cfg.temperature or 1.0})
+    learner_cfg = LearnerConfig(
+        **{**shared, "temperature": cfg.temperature or 1.0, "rollout_is": rollout_is_level(cfg)}
+    )
     return model, tokenizer, agent, learner_cfg
+
+
+def engine_config(cfg: Config):
+    from agents.vllm_backend import EngineConfig
+
+    return EngineConfig(
+        dtype=cfg.dtype,
+        max_model_len=cfg.vllm_max_model_len or cfg.max_prompt_tokens + cfg.max_new_tokens,
+        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        kv_cache_gib=cfg.vllm_kv_cache_gib,
+        enforce_eager=cfg.vllm_enforce_eager,
+        tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+        sleep=cfg.vllm_sleep,
+        trust_remote_code=cfg.trust_remote_code,
+    )
+
+
+def sync_backend(agent: LLMAgent, model, cfg: Config, run: RunDir, it: int, probe: list[list[int]], check: bool):
+    """Push the new weights to the generation engine; on a check, prove it serves them."""
+    agent.backend.sync(model)
+    if not (check and probe and cfg.backend != "hf"):  # the HF backend samples from the model itself
+        return
+    stats = logprob_gap(
+        agent.backend, model, probe, agent.sampling, cfg.temperature or 1.0, agent.tokenizer.pad_token_id
+    )
+    run.log(it, stats)
+    try:
+        check_gap(stats, tolerance_for(cfg.dtype, cfg.sync_tolerance), f"iteration {it}")
+    except SyncError:
+        path = save(run, it, model, agent.tokenizer, None, cfg)
+        print(f"the trainer's weights are saved in {path}", file=sys.stderr)
+        raise
 
 
 def train(cfg: Config) -> RunDir:
@@ -126,6 +170,8 @@ def train(cfg: Config) -> RunDir:
         sft = Learner(model, replace(learner_cfg, lr=cfg.sft_lr), tokenizer.pad_token_id, seed=cfg.seed)
         losses = warm_up(sft, demos, cfg.sft_steps, cfg.sft_batch_size, cfg.seed)
         run.log(0, {"sft/loss": float(np.mean(losses[-10:])), "sft/demos": len(demos)})
+        probe = [d.prompt_ids for d in demos[:: max(1, len(demos) // cfg.sync_probe_size)][: cfg.sync_probe_size]]
+        sync_backend(agent, model, cfg, run, 0, probe, check=cfg.sync_check_every > 0)
     if cfg.eval_episodes:
         warm = evaluate(agent, cfg, cfg.eval_episodes)
         run.log(0, warm)
@@ -150,12 +196,22 @@ def train(cfg: Config) -> RunDir:
         adv, adv_stats = compute_advantages(cfg, steps)
         samples = [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs) for s, a in zip(steps, adv)]
         t1 = time.perf_counter()
+        agent.backend.release()  # GPU vLLM sleep mode: the update gets the KV cache's memory
         train_stats = learner.update(samples)
         t_train = time.perf_counter() - t1
+        probe = [s.prompt_ids for s in steps[:: max(1, len(steps) // cfg.sync_probe_size)][: cfg.sync_probe_size]]
+        check = cfg.sync_check_every > 0 and it % cfg.sync_check_every == 0
+        sync_backend(agent, model, cfg, run, it, probe, check)
+        t_sync = time.perf_counter() - t1 - t_train
 
         metrics = {**rollout_metrics(trajs), **adv_stats, **train_stats}
         metrics.update(
-            {"time/iteration_s": time.perf_counter() - t0, "time/generate_s": t_gen, "time/train_s": t_train}
+            {
+                "time/iteration_s": time.perf_counter() - t0,
+                "time/generate_s": t_gen,
+                "time/train_s": t_train,
+                "time/sync_s": t_sync,
+            }
         )
         run.log(it, metrics)
         by_step = {(s.traj_id, s.t): float(a) for s, a in zip(steps, adv)}
@@ -180,8 +236,10 @@ def train(cfg: Config) -> RunDir:
     return run
 
 
-def save(run: RunDir, it: int, model, tokenizer, learner: Learner, cfg: Config):
-    state = {"iteration": it, "optimizer": learner.optimizer.state_dict(), "config": asdict(cfg)}
+def save(run: RunDir, it: int, model, tokenizer, learner: Learner | None, cfg: Config):
+    state = {"iteration": it, "config": asdict(cfg)}
+    if learner is not None:
+        state["optimizer"] = learner.optimizer.state_dict()
     return run.save_checkpoint(it, model, tokenizer, state)
 
 
@@ -196,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except SyncError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

