@@ -1,10 +1,11 @@
 """Collector: G rollouts from the same start state, many groups at once, in lockstep.
 
-`num_groups` groups x `group_size` envs. The envs of one group reset with one seed, so
-they start from the same state (GRPO's group), and their visits to equal states are what
-GiGPO groups into anchor states. All running envs step together: one batched `act` per
-time step, and only envs still running are sent to the model, so finished envs cost
-nothing.
+`num_groups` x `group_size` envs (the rollout budget). The envs of one group reset with
+one seed, so they start from the same state (GRPO's group), and their visits to equal
+states are what GiGPO groups into anchor states. Groups may differ in size (the data
+layer sizes them by pass rate) as long as they fit in the envs. All running envs step
+together: one batched `act` per time step, and only envs still running are sent to the
+model, so finished envs cost nothing.
 """
 
 from __future__ import annotations
@@ -65,13 +66,24 @@ class Collector:
         for env in self.envs:
             env.close()
 
-    def collect(self, agent: LLMAgent, seeds: list[int], first_traj_id: int = 0) -> list[Trajectory]:
-        """One rollout per env; `seeds[g]` is the start state of group g."""
-        if len(seeds) != self.num_groups:
-            raise ValueError(f"need {self.num_groups} seeds, got {len(seeds)}")
-        n = len(self.envs)
-        group = [i // self.group_size for i in range(n)]
-        obs, infos = zip(*(env.reset(seed=seeds[group[i]]) for i, env in enumerate(self.envs)))
+    def collect(
+        self,
+        agent: LLMAgent,
+        seeds: list[int],
+        first_traj_id: int = 0,
+        group_sizes: list[int] | None = None,
+        first_group_id: int = 0,
+    ) -> list[Trajectory]:
+        """One rollout per env; `seeds[g]` is the start state of group g, which has
+        `group_sizes[g]` rollouts (default `group_size`) and id `first_group_id + g`."""
+        sizes = group_sizes if group_sizes is not None else [self.group_size] * len(seeds)
+        if len(sizes) != len(seeds) or sum(sizes) > len(self.envs) or min(sizes, default=1) < 1:
+            raise ValueError(f"{len(seeds)} seeds with group sizes {sizes} do not fit in {len(self.envs)} envs")
+        group = [g for g, size in enumerate(sizes) for _ in range(size)]
+        n = len(group)
+        if n == 0:
+            return []
+        obs, infos = zip(*(self.envs[i].reset(seed=seeds[group[i]]) for i in range(n)))
         obs, infos = list(obs), list(infos)
         history: list[list[tuple[str, str]]] = [[] for _ in range(n)]
         rows: list[list[dict]] = [[] for _ in range(n)]
@@ -108,11 +120,12 @@ class Collector:
         trajectories = []
         for i in range(n):
             won = bool(infos[i].get("won", False))
+            gid = first_group_id + group[i]
             steps = [
-                Step(group_id=group[i], traj_id=first_traj_id + i, t=t, won=won, **row) for t, row in enumerate(rows[i])
+                Step(group_id=gid, traj_id=first_traj_id + i, t=t, won=won, **row) for t, row in enumerate(rows[i])
             ]
             task = str(infos[i].get("task", ""))
-            trajectories.append(Trajectory(group[i], first_traj_id + i, seeds[group[i]], task, steps))
+            trajectories.append(Trajectory(gid, first_traj_id + i, seeds[group[i]], task, steps))
         return trajectories
 
     @staticmethod

@@ -25,6 +25,7 @@ from typing import Annotated
 import tyro
 import yaml
 
+from algos.data import SAMPLER_MODES
 from algos.learner import IMPORTANCE_LEVELS, KL_ESTIMATORS, LOSS_TYPES, ROLLOUT_IS_LEVELS, ROLLOUT_IS_MODES
 
 ALGOS = ("grpo", "gigpo", "rloo")
@@ -95,6 +96,31 @@ class Config:
     """Prompts in the sync probe batch."""
     sync_tolerance: float = 0.0
     """Largest allowed |engine - trainer| logprob on the probe; 0 = by dtype (float32 1e-3, bfloat16 0.25, float16 0.1)."""
+    # -- data: which tasks, how many rollouts each, which groups to train on -----------
+    task_sampler: str = "band"
+    """band: draw tasks by their pass rate under the current policy, in proportion to the chance that a
+    group on them has mixed outcomes (sometimes solved, sometimes not), exploring unseen and
+    re-measuring stale tasks; uniform: all alike."""
+    task_pool: int = 0
+    """Training tasks = reset seeds 0..N-1; 0 = the env's own pool (its num_tasks, e.g. TextWorld's games) or 256."""
+    sampler_decay: float = 0.95
+    """Per-iteration decay of a task's success/failure counts: estimates follow the changing policy."""
+    explore_frac: float = 0.25
+    """Share of each iteration's tasks drawn from tasks never measured."""
+    stale_after: int = 10
+    """Tasks not measured for this many iterations are re-measured first (up to 1/8 of the groups)."""
+    dynamic_sampling: bool = True
+    """Drop groups whose episode returns are all equal and collect fresh ones in their place (DAPO)."""
+    max_extra_groups: int = 8
+    """Cap on the replacement groups collected per iteration; short of it, train on what there is."""
+    adaptive_group_size: bool = False
+    """Size each group by its task's pass rate p: the smallest G with (1 - p)^G <= no_success_target,
+    within [group_size_min, group_size_max], in a budget of num_groups x group_size rollouts."""
+    group_size_min: int = 2
+    group_size_max: int = 16
+    no_success_target: float = 0.1
+    max_env_steps: int = 0
+    """Stop once this many env steps were collected (0 = run all iterations): equal budgets across runs."""
     # -- advantages ------------------------------------------------------------------
     gamma: float = 0.95
     """Discount of the step returns (GiGPO's step-level term)."""
@@ -330,6 +356,17 @@ def validate(cfg: Config) -> None:
     if cfg.clip_ratio_c is not None and cfg.clip_ratio_c <= 1.0:
         raise ConfigError(f"clip_ratio_c must be > 1 (got {cfg.clip_ratio_c}); leave it unset to turn dual clip off")
     _choice("dtype", cfg.dtype, ("float32", "bfloat16", "float16"))
+    _choice("task_sampler", cfg.task_sampler, SAMPLER_MODES)
+    if not 0.0 < cfg.sampler_decay <= 1.0 or not 0.0 <= cfg.explore_frac <= 1.0:
+        raise ConfigError("need 0 < sampler_decay <= 1 and 0 <= explore_frac <= 1")
+    if not 0.0 < cfg.no_success_target < 1.0:
+        raise ConfigError(f"no_success_target must be in (0, 1) (got {cfg.no_success_target})")
+    if cfg.adaptive_group_size and not 2 <= cfg.group_size_min <= cfg.group_size_max:
+        raise ConfigError(
+            f"need 2 <= group_size_min <= group_size_max (got {cfg.group_size_min}, {cfg.group_size_max})"
+        )
+    if cfg.adaptive_group_size and cfg.group_size_min > cfg.num_groups * cfg.group_size:
+        raise ConfigError("group_size_min exceeds the rollout budget num_groups x group_size")
     if cfg.group_size < 2:
         raise ConfigError(f"group_size must be >= 2 (got {cfg.group_size}): groups compare rollouts")
     positive = ("iterations", "num_groups", "max_new_tokens", "max_prompt_tokens",
@@ -340,8 +377,9 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{name} must be >= 1 (got {getattr(cfg, name)})")
     if cfg.sft_steps is not None and cfg.sft_steps < 0:
         raise ConfigError(f"sft_steps must be >= 0 (got {cfg.sft_steps})")
-    for name in ("sft_episodes", "eval_episodes", "eval_every", "save_every", "memory",
-                 "transcripts", "beta", "invalid_penalty", "temperature", "entropy_coef"):  # fmt: skip
+    for name in ("task_pool", "stale_after", "max_extra_groups", "max_env_steps", "sft_episodes",
+                 "eval_episodes", "eval_every", "save_every", "memory", "transcripts", "beta",
+                 "invalid_penalty", "temperature", "entropy_coef"):  # fmt: skip
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} must be >= 0 (got {getattr(cfg, name)})")
     if not 0.0 <= cfg.gamma <= 1.0:

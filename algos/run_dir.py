@@ -17,6 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 
@@ -48,6 +49,11 @@ class RunDir:
         self._metrics.write(json.dumps(record) + "\n")
         self._metrics.flush()
         self.tb.flush()
+
+    def log_histogram(self, iteration: int, tag: str, values) -> None:
+        """TensorBoard only (metrics.jsonl holds scalars)."""
+        if len(values):
+            self.tb.add_histogram(tag, np.asarray(values), iteration)
 
     def log_transcript(self, iteration: int, record: dict, markdown: str) -> None:
         self._transcripts.write(json.dumps({"iteration": iteration, **record}) + "\n")

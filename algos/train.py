@@ -43,6 +43,7 @@ from algos.advantages import (
 )
 from algos.collector import Collector, Step
 from algos.config import Config, ConfigError, env_kwargs, parse_config, rollout_is_level, validate
+from algos.data import DataConfig, DataLayer, TaskSampler
 from algos.learner import Learner, LearnerConfig, Sample
 from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
 from algos.run_dir import TRAINER_STATE, RunDir
@@ -52,6 +53,7 @@ from envs import prompt_template
 from envs.base import HELD_OUT_SEED
 
 DEFAULT_SFT_STEPS = 90
+DEFAULT_TASK_POOL = 256  # tasks of an env without a finite pool of its own (procedural layouts)
 
 
 def compute_advantages(cfg: Config, steps: list[Step]) -> tuple[np.ndarray, dict]:
@@ -185,26 +187,36 @@ def train(cfg: Config) -> RunDir:
         ref.eval().requires_grad_(False)
     learner = Learner(model, learner_cfg, tokenizer.pad_token_id, ref_model=ref, seed=cfg.seed)
     collector = Collector(cfg.env, cfg.num_groups, cfg.group_size, env_kwargs(cfg))
+    data = DataLayer(data_config(cfg), task_sampler(cfg, collector.envs[0]))
+
+    def collect(seeds: list[int], sizes: list[int], first_group_id: int, first_traj_id: int):
+        return collector.collect(agent, seeds, first_traj_id, sizes, first_group_id)
+
+    env_steps, last = 0, cfg.iterations
     bar = tqdm(range(1, cfg.iterations + 1), desc=f"{cfg.algo} {cfg.env}", dynamic_ncols=True)
     for it in bar:
         t0 = time.perf_counter()
-        seeds = [int(s) for s in rng.integers(0, HELD_OUT_SEED, cfg.num_groups)]
-        trajs = collector.collect(agent, seeds, first_traj_id=(it - 1) * len(collector.envs))
+        trajs, collected, data_stats = data.next_batch(collect)
         t_gen = time.perf_counter() - t0
 
         steps = [s for t in trajs for s in t.steps]
-        adv, adv_stats = compute_advantages(cfg, steps)
-        samples = [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs) for s, a in zip(steps, adv)]
+        adv, adv_stats, train_stats = np.zeros(0), {}, {}
         t1 = time.perf_counter()
-        agent.backend.release()  # GPU vLLM sleep mode: the update gets the KV cache's memory
-        train_stats = learner.update(samples)
+        if steps:  # none when dynamic sampling found no informative group before its cap
+            adv, adv_stats = compute_advantages(cfg, steps)
+            samples = [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs) for s, a in zip(steps, adv)]
+            agent.backend.release()  # GPU vLLM sleep mode: the update gets the KV cache's memory
+            train_stats = learner.update(samples)
         t_train = time.perf_counter() - t1
-        probe = [s.prompt_ids for s in steps[:: max(1, len(steps) // cfg.sync_probe_size)][: cfg.sync_probe_size]]
-        check = cfg.sync_check_every > 0 and it % cfg.sync_check_every == 0
-        sync_backend(agent, model, cfg, run, it, probe, check)
+        if steps:
+            probe = [s.prompt_ids for s in steps[:: max(1, len(steps) // cfg.sync_probe_size)][: cfg.sync_probe_size]]
+            check = cfg.sync_check_every > 0 and it % cfg.sync_check_every == 0
+            sync_backend(agent, model, cfg, run, it, probe, check)
         t_sync = time.perf_counter() - t1 - t_train
 
-        metrics = {**rollout_metrics(trajs), **adv_stats, **train_stats}
+        env_steps += sum(len(t.steps) for t in collected)
+        metrics = {**rollout_metrics(collected), **data_stats, **adv_stats, **train_stats}
+        metrics["data/env_steps_total"] = float(env_steps)
         metrics.update(
             {
                 "time/iteration_s": time.perf_counter() - t0,
@@ -214,32 +226,56 @@ def train(cfg: Config) -> RunDir:
             }
         )
         run.log(it, metrics)
+        run.log_histogram(it, "data/pass_rates", data.sampler.pass_rates())
         by_step = {(s.traj_id, s.t): float(a) for s, a in zip(steps, adv)}
         for traj in trajs[: cfg.transcripts]:
             record = transcript(traj, by_step)
             run.log_transcript(it, record, transcript_markdown(record))
+        bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", loss=f"{metrics.get('train/loss', 0):.3f}")
+        if cfg.max_env_steps and env_steps >= cfg.max_env_steps:
+            last = it  # the env-step budget is spent
+            break
         if cfg.eval_episodes and cfg.eval_every and it % cfg.eval_every == 0 and it < cfg.iterations:
             run.log(it, evaluate(agent, cfg, cfg.eval_episodes))  # same held-out seeds every time
         if cfg.save_every and it % cfg.save_every == 0 and it < cfg.iterations:
-            save(run, it, model, tokenizer, learner, cfg)
-        bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", loss=f"{metrics['train/loss']:.3f}")
+            save(run, it, model, tokenizer, learner, cfg, data.sampler)
     collector.close()
 
     # ---- final evaluation and checkpoint --------------------------------------------
     if cfg.eval_episodes:
         final = evaluate(agent, cfg, cfg.eval_episodes)
-        run.log(cfg.iterations, final)
+        run.log(last, final)
         print(f"success after RL: {final['eval/success_rate']:.1%}", file=sys.stderr)
-    path = save(run, cfg.iterations, model, tokenizer, learner, cfg)
+    path = save(run, last, model, tokenizer, learner, cfg, data.sampler)
     print(f"checkpoint: {path}", file=sys.stderr)
     run.close()
     return run
 
 
-def save(run: RunDir, it: int, model, tokenizer, learner: Learner | None, cfg: Config):
+def data_config(cfg: Config) -> DataConfig:
+    return DataConfig(**{f.name: getattr(cfg, f.name) for f in fields(DataConfig)})
+
+
+def task_sampler(cfg: Config, env) -> TaskSampler:
+    """The task pool (seeds 0..N-1) and the sampler over it; continues a checkpoint's sampler."""
+    pool = cfg.task_pool or getattr(env.unwrapped, "num_tasks", DEFAULT_TASK_POOL)
+    sampler = TaskSampler(list(range(pool)), cfg.task_sampler, cfg.seed, cfg.sampler_decay, cfg.group_size,
+                          cfg.explore_frac, cfg.stale_after)  # fmt: skip
+    state_file = os.path.join(os.path.expanduser(cfg.model), TRAINER_STATE)
+    if os.path.exists(state_file):
+        state = torch.load(state_file, weights_only=True)
+        same_tasks = state.get("config", {}).get("env") == cfg.env and state.get("sampler_pool") == pool
+        if "sampler" in state and same_tasks:
+            sampler.load_state_dict(state["sampler"])
+    return sampler
+
+
+def save(run: RunDir, it: int, model, tokenizer, learner: Learner | None, cfg: Config, sampler=None):
     state = {"iteration": it, "config": asdict(cfg)}
     if learner is not None:
         state["optimizer"] = learner.optimizer.state_dict()
+    if sampler is not None:
+        state["sampler"], state["sampler_pool"] = sampler.state_dict(), len(sampler.tasks)
     return run.save_checkpoint(it, model, tokenizer, state)
 
 

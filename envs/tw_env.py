@@ -98,6 +98,11 @@ class TextWorldEnv(gym.Env[str, str]):
         self._done = False
         self._warned_no_held_out = False
 
+    @property
+    def num_tasks(self) -> int:
+        """Training tasks: seeds 0..num_tasks-1 pick distinct games (the trainer's task pool)."""
+        return len(self.train_games)
+
     # -- game selection and loading ------------------------------------------------------
     def game_for_seed(self, seed: int) -> Path:
         if seed >= HELD_OUT_SEED:

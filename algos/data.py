@@ -1,0 +1,289 @@
+"""Data layer: which tasks to roll out, how many rollouts each, and which groups to train on.
+
+GRPO learns only from groups whose returns differ: a task the policy always or never
+solves costs G rollouts and teaches nothing. Difficulty is measured against the policy
+being trained, so it is re-estimated as the policy changes:
+
+- `TaskSampler` keeps, per task (a reset seed of the env's task pool), a Beta posterior of
+  its pass rate under the current policy (Jeffreys prior). Counts decay by `decay` per
+  iteration since they were measured, so old outcomes weigh less than new ones. Each
+  iteration's tasks are drawn: a share from unseen tasks (exploration), a share from the
+  stalest tasks not measured for `stale_after` iterations (re-measurement), the rest in
+  proportion to their *usefulness*: the posterior probability that a group of G rollouts
+  on the task has mixed outcomes, 1 - E[p^G] - E[(1-p)^G], high in the band where a task
+  is sometimes solved and sometimes not, low for tasks known to be always solved or never
+  (and rising again as their counts decay). `mode="uniform"` switches all of this off.
+- `group_size_for`: the smallest G in [G_min, G_max] with (1 - p)^G <= target, the chance
+  that a group of G rollouts has no success at all; `plan_groups` sizes the groups of an
+  iteration by it within a fixed rollout budget (num_groups x group_size).
+- `DataLayer.next_batch`: dynamic sampling (DAPO): groups whose episode returns are all
+  equal are dropped and replaced by fresh groups until the batch holds as many informative
+  groups as the first round planned, or `max_extra_groups` extra groups were collected;
+  then it trains on what there is and logs it. If that is nothing, it trains on every group
+  collected: the invalid-action penalty and GiGPO's step-level term can still tell their
+  rollouts apart. Dropped groups still update the sampler: they are measurements too.
+
+Advantages stay correct with unequal group sizes: every statistic is taken per group id.
+The sampler's state (posteriors, iteration, RNG) goes into checkpoints (`state_dict`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from algos.collector import Trajectory
+
+SAMPLER_MODES = ("band", "uniform")
+PRIOR = 0.5  # Jeffreys prior Beta(1/2, 1/2): a task never measured has estimate 0.5
+BAND = (0.1, 0.9)  # "sometimes solved, sometimes not", for the metrics (data/band_fraction)
+
+
+class TaskSampler:
+    def __init__(
+        self,
+        tasks: list[int],
+        mode: str = "band",
+        seed: int = 0,
+        decay: float = 0.95,
+        group_size: int = 8,
+        explore: float = 0.25,
+        stale_after: int = 10,
+        remeasure: float = 0.125,
+    ) -> None:
+        if mode not in SAMPLER_MODES:
+            raise ValueError(f"unknown sampler mode {mode!r}; choose one of {SAMPLER_MODES}")
+        if not tasks:
+            raise ValueError("the task pool is empty")
+        if not (0.0 < decay <= 1.0 and group_size >= 2):
+            raise ValueError("need 0 < decay <= 1 and group_size >= 2")
+        self.tasks = list(tasks)
+        self.mode, self.decay, self.group_size, self.explore = mode, decay, group_size, explore
+        self.stale_after, self.remeasure = stale_after, remeasure
+        self.rng = np.random.default_rng(seed)
+        self.iteration = 0
+        self.stats: dict[int, list[float]] = {}  # task -> [successes, failures, iteration measured]
+
+    # -- estimates ---------------------------------------------------------------------
+    def counts(self, task: int) -> tuple[float, float]:
+        """(successes, failures) decayed to the current iteration."""
+        if task not in self.stats:
+            return 0.0, 0.0
+        s, f, last = self.stats[task]
+        w = self.decay ** (self.iteration - last)
+        return s * w, f * w
+
+    def estimate(self, task: int) -> tuple[float, float]:
+        """Posterior mean and standard deviation of the task's pass rate."""
+        s, f = self.counts(task)
+        a, b = s + PRIOR, f + PRIOR
+        n = a + b
+        return a / n, math.sqrt(a * b / (n * n * (n + 1)))
+
+    def pass_rate(self, task: int) -> float:
+        """The estimate used to size groups: the posterior mean for a measured task, the
+        mean over measured tasks for an unseen one (the policy's typical pass rate)."""
+        if task in self.stats:
+            return self.estimate(task)[0]
+        if not self.stats:
+            return PRIOR
+        return float(np.mean([self.estimate(t)[0] for t in self.stats]))
+
+    def usefulness(self, task: int) -> float:
+        """P(a group of group_size rollouts on the task is neither all wins nor all losses),
+        under the posterior: 1 - E[p^G] - E[(1-p)^G], with E[p^G] = prod_i (a+i)/(a+b+i)."""
+        s, f = self.counts(task)
+        a, b = s + PRIOR, f + PRIOR
+        all_win = all_lose = 1.0
+        for i in range(self.group_size):
+            all_win *= (a + i) / (a + b + i)
+            all_lose *= (b + i) / (a + b + i)
+        return max(1.0 - all_win - all_lose, 1e-6)
+
+    def in_band(self, task: int) -> bool:
+        """Measured, with an estimated pass rate strictly inside BAND."""
+        return task in self.stats and BAND[0] < self.estimate(task)[0] < BAND[1]
+
+    # -- sampling ----------------------------------------------------------------------
+    def sample(self, n: int) -> list[int]:
+        """n distinct tasks (fewer only if the pool is smaller)."""
+        n = min(n, len(self.tasks))
+        if self.mode == "uniform":
+            return [int(t) for t in self.rng.choice(self.tasks, size=n, replace=False)]
+        chosen: list[int] = []
+        unseen = [t for t in self.tasks if t not in self.stats]
+        k = min(len(unseen), round(self.explore * n))
+        chosen += [int(t) for t in self.rng.choice(unseen, size=k, replace=False)] if k else []
+        stale = sorted(
+            (self.stats[t][2], t) for t in self.stats if self.iteration - self.stats[t][2] >= self.stale_after
+        )
+        chosen += [t for _, t in stale[: min(n - len(chosen), round(self.remeasure * n))]]  # the stalest first
+        taken = set(chosen)
+        rest = [t for t in self.tasks if t not in taken]
+        k = n - len(chosen)
+        if k > 0:
+            w = np.array([self.usefulness(t) for t in rest])
+            chosen += [int(t) for t in self.rng.choice(rest, size=k, replace=False, p=w / w.sum())]
+        return chosen
+
+    # -- measurements ------------------------------------------------------------------
+    def update(self, task: int, successes: int, failures: int) -> None:
+        s, f = self.counts(task)
+        self.stats[task] = [s + successes, f + failures, self.iteration]
+
+    def step(self) -> None:
+        """One iteration passed: estimates age by one."""
+        self.iteration += 1
+
+    def metrics(self) -> dict[str, float]:
+        p = self.pass_rates()
+        lo, hi = BAND
+        return {
+            "data/tasks_seen": float(len(self.stats)),
+            "data/pass_rate_mean": float(p.mean()) if p.size else float("nan"),
+            "data/frac_tasks_unsolved": float((p < lo).mean()) if p.size else float("nan"),
+            "data/frac_tasks_solved": float((p > hi).mean()) if p.size else float("nan"),
+        }
+
+    def pass_rates(self) -> np.ndarray:
+        return np.array([self.estimate(t)[0] for t in self.stats])
+
+    def state_dict(self) -> dict:
+        return {
+            "iteration": self.iteration,
+            "stats": {int(t): list(v) for t, v in self.stats.items()},
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.iteration = int(state["iteration"])
+        self.stats = {int(t): [float(x) for x in v] for t, v in state["stats"].items()}
+        self.rng.bit_generator.state = state["rng"]
+
+
+def group_size_for(p: float, target: float, g_min: int, g_max: int) -> int:
+    """Smallest G in [g_min, g_max] with (1 - p)^G <= target (g_max if none is)."""
+    if p >= 1.0:
+        return g_min
+    if p <= 0.0:
+        return g_max
+    g = math.ceil(math.log(target) / math.log1p(-p) - 1e-9)  # the epsilon absorbs float error at exact powers
+    return min(max(g, g_min), g_max)
+
+
+def plan_groups(
+    tasks: list[int], pass_rate: Callable[[int], float], budget: int, target: float, g_min: int, g_max: int
+) -> list[tuple[int, int]]:
+    """(task, G) in the given order while the rollouts fit in `budget`; the last group
+    takes what is left if that is at least g_min."""
+    plan, used = [], 0
+    for task in tasks:
+        g = min(group_size_for(pass_rate(task), target, g_min, g_max), budget - used)
+        if g < g_min:
+            break
+        plan.append((task, g))
+        used += g
+    return plan
+
+
+def zero_variance(trajs: list[Trajectory]) -> bool:
+    """All episode returns (env reward) equal: the group says nothing about which rollout did better."""
+    returns = [t.episode_return for t in trajs]
+    return max(returns) - min(returns) == 0
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    num_groups: int = 8
+    group_size: int = 8
+    dynamic_sampling: bool = True
+    max_extra_groups: int = 16
+    adaptive_group_size: bool = False
+    group_size_min: int = 2
+    group_size_max: int = 16
+    no_success_target: float = 0.1
+
+
+# collect(seeds, group_sizes, first_group_id, first_traj_id) -> trajectories; ids stay unique over a run
+CollectFn = Callable[[list[int], list[int], int, int], list[Trajectory]]
+
+
+class DataLayer:
+    def __init__(self, cfg: DataConfig, sampler: TaskSampler) -> None:
+        self.cfg, self.sampler = cfg, sampler
+        self.next_group_id = self.next_traj_id = 0
+
+    @property
+    def budget(self) -> int:
+        return self.cfg.num_groups * self.cfg.group_size
+
+    def _plan(self, n_groups: int, budget: int) -> list[tuple[int, int]]:
+        cfg = self.cfg
+        if not cfg.adaptive_group_size:
+            n = min(n_groups, budget // cfg.group_size)
+            return [(t, cfg.group_size) for t in self.sampler.sample(n)]
+        candidates = self.sampler.sample(min(n_groups, budget // cfg.group_size_min))
+        return plan_groups(
+            candidates, self.sampler.pass_rate, budget, cfg.no_success_target, cfg.group_size_min, cfg.group_size_max
+        )
+
+    def next_batch(self, collect: CollectFn) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
+        """(groups to train on, every collected group, metrics). Advances the sampler one iteration."""
+        cfg = self.cfg
+        planned = self._plan(cfg.num_groups if not cfg.adaptive_group_size else self.budget, self.budget)
+        target, first_round = len(planned), sum(g for _, g in planned)
+        band = [self.sampler.in_band(t) for t, _ in planned]
+        kept: list[Trajectory] = []
+        collected: list[Trajectory] = []
+        n_kept = extra_groups = 0
+        while planned:
+            trajs = self._collect(collect, planned)
+            collected += trajs
+            for group in _by_group(trajs):
+                if not cfg.dynamic_sampling or not zero_variance(group):
+                    kept += group
+                    n_kept += 1
+            missing = target - n_kept
+            room = cfg.max_extra_groups - extra_groups
+            if not cfg.dynamic_sampling or missing <= 0 or room <= 0:
+                break
+            planned = self._plan(min(missing, room), self.budget)
+            extra_groups += len(planned)
+        fallback = not kept  # nothing informative before the cap: better the shaped signal than none
+        if fallback:
+            kept = collected
+        groups = _by_group(collected)
+        metrics = {
+            "rollout/frac_zero_std_groups": float(np.mean([zero_variance(g) for g in groups])),  # before filtering
+            "data/band_fraction": float(np.mean(band)) if band else 0.0,
+            "data/mean_group_size": float(np.mean([len(g) for g in groups])),
+            "data/groups_collected": float(len(groups)),
+            "data/groups_kept": float(n_kept),
+            "data/extra_groups": float(extra_groups),
+            "data/extra_rollouts": float(len(collected) - first_round),
+            "data/short_of_target": float(max(0, target - n_kept)),  # the cap was hit first
+            "data/trained_on_all": float(fallback),
+        }
+        self.sampler.step()
+        metrics.update(self.sampler.metrics())
+        return kept, collected, metrics
+
+    def _collect(self, collect: CollectFn, planned: list[tuple[int, int]]) -> list[Trajectory]:
+        seeds, sizes = [t for t, _ in planned], [g for _, g in planned]
+        trajs = collect(seeds, sizes, self.next_group_id, self.next_traj_id)
+        self.next_group_id += len(planned)
+        self.next_traj_id += len(trajs)
+        for group in _by_group(trajs):
+            wins = sum(t.won for t in group)
+            self.sampler.update(group[0].seed, wins, len(group) - wins)
+        return trajs
+
+
+def _by_group(trajs: list[Trajectory]) -> list[list[Trajectory]]:
+    groups: dict[int, list[Trajectory]] = {}
+    for t in trajs:
+        groups.setdefault(t.group_id, []).append(t)
+    return list(groups.values())
