@@ -275,7 +275,7 @@ def test_collector_runs_groups_of_different_sizes():
 
 
 TINY = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "4", "--eval-episodes", "0",
-        "--max-new-tokens", "8", "--task-pool", "16"]  # fmt: skip
+        "--max-new-tokens", "8", "--task-pool", "16", "--max-extra-groups", "2"]  # fmt: skip
 
 
 def test_training_logs_the_data_layer_and_checkpoints_the_sampler(tmp_path):

@@ -21,7 +21,7 @@ CONTRACT_KEYS = [
     "train/grad_norm", "time/iteration_s", "time/generate_s", "time/train_s",
 ]  # fmt: skip
 TINY_RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "3",
-            "--eval-episodes", "2", "--max-new-tokens", "8"]  # fmt: skip
+            "--eval-episodes", "2", "--max-new-tokens", "8", "--max-extra-groups", "2"]  # fmt: skip
 
 
 @pytest.mark.parametrize(

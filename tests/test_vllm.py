@@ -169,7 +169,7 @@ def test_two_iteration_training_run_with_vllm(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "algos.train", "--backend", "vllm", "--iterations", "2", "--num-groups", "2",
            "--group-size", "2", "--sft-steps", "5", "--sft-episodes", "8", "--eval-episodes", "2",
-           "--vllm-kv-cache-gib", "0.25", "--output-dir", str(out)]  # fmt: skip
+           "--vllm-kv-cache-gib", "0.25", "--max-extra-groups", "2", "--output-dir", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
