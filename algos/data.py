@@ -200,7 +200,7 @@ class DataConfig:
     num_groups: int = 8
     group_size: int = 8
     dynamic_sampling: bool = True
-    max_extra_groups: int = 16
+    max_extra_groups: int = 8
     adaptive_group_size: bool = False
     group_size_min: int = 2
     group_size_max: int = 16

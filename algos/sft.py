@@ -11,14 +11,17 @@ expert's): the model then also sees how to recover from states the expert never 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import gymnasium as gym
+import numpy as np
 from tqdm import tqdm
 
 import envs  # noqa: F401  (registers the built-in ids)
 from agents.agent import LLMAgent, View
-from algos.config import ConfigError
+from algos.config import ConfigError, env_kwargs
 from algos.learner import Learner, Sample
+from envs.base import HELD_OUT_SEED
 
 
 def expert_demos(
@@ -47,6 +50,15 @@ def expert_demos(
     if not demos:
         raise ConfigError(f"{env_id} gives no info['expert_action']; pass --sft-steps 0 to train without warm-up")
     return demos
+
+
+def warm_up_from_config(cfg, agent: LLMAgent, model, learner_cfg) -> tuple[list[Sample], list[float]]:
+    """The trainer's warm-up as `cfg` sets it: demonstrations from cfg.sft_episodes start states
+    (never held-out ones), then cfg.sft_steps supervised steps. Returns (demos, losses)."""
+    seeds = [int(s) for s in np.random.default_rng(cfg.seed).integers(0, HELD_OUT_SEED, cfg.sft_episodes)]
+    demos = expert_demos(agent, cfg.env, seeds, cfg.sft_noise, random.Random(cfg.seed), env_kwargs(cfg))
+    sft = Learner(model, replace(learner_cfg, lr=cfg.sft_lr), agent.tokenizer.pad_token_id, seed=cfg.seed)
+    return demos, warm_up(sft, demos, cfg.sft_steps, cfg.sft_batch_size, cfg.seed)
 
 
 def warm_up(learner: Learner, demos: list[Sample], steps: int, batch_size: int, seed: int) -> list[float]:

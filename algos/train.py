@@ -24,7 +24,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, fields
 
 import numpy as np
 import torch
@@ -47,8 +47,8 @@ from algos.data import DataConfig, DataLayer, TaskSampler
 from algos.learner import Learner, LearnerConfig, Sample
 from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
 from algos.run_dir import TRAINER_STATE, RunDir
-from algos.sft import expert_demos, warm_up
-from algos.weight_sync import SyncError, check_gap, logprob_gap, tolerance_for
+from algos.sft import warm_up_from_config
+from algos.weight_sync import SyncError, check_gap, logprob_gap, probe_prompts, tolerance_for
 from envs import prompt_template
 from envs.base import HELD_OUT_SEED
 
@@ -162,17 +162,12 @@ def train(cfg: Config) -> RunDir:
     model, tokenizer, agent, learner_cfg = build(cfg)
     run = RunDir(cfg.output_dir, cfg)
     print(f"run directory: {run.path}  (tensorboard --logdir {run.path})", file=sys.stderr)
-    rng = np.random.default_rng(cfg.seed)
 
     # ---- warm-up: SFT on expert demonstrations -------------------------------------
     if cfg.sft_steps > 0:
-        demo_seeds = [int(s) for s in rng.integers(0, HELD_OUT_SEED, cfg.sft_episodes)]
-        rand = random.Random(cfg.seed)
-        demos = expert_demos(agent, cfg.env, demo_seeds, cfg.sft_noise, rand, env_kwargs(cfg))
-        sft = Learner(model, replace(learner_cfg, lr=cfg.sft_lr), tokenizer.pad_token_id, seed=cfg.seed)
-        losses = warm_up(sft, demos, cfg.sft_steps, cfg.sft_batch_size, cfg.seed)
+        demos, losses = warm_up_from_config(cfg, agent, model, learner_cfg)
         run.log(0, {"sft/loss": float(np.mean(losses[-10:])), "sft/demos": len(demos)})
-        probe = [d.prompt_ids for d in demos[:: max(1, len(demos) // cfg.sync_probe_size)][: cfg.sync_probe_size]]
+        probe = probe_prompts([d.prompt_ids for d in demos], cfg.sync_probe_size)
         sync_backend(agent, model, cfg, run, 0, probe, check=cfg.sync_check_every > 0)
     if cfg.eval_episodes:
         warm = evaluate(agent, cfg, cfg.eval_episodes)
@@ -201,18 +196,17 @@ def train(cfg: Config) -> RunDir:
 
         steps = [s for t in trajs for s in t.steps]
         adv, adv_stats, train_stats = np.zeros(0), {}, {}
-        t1 = time.perf_counter()
+        t1, t_train, t_sync = time.perf_counter(), 0.0, 0.0
         if steps:  # none when dynamic sampling found no informative group before its cap
             adv, adv_stats = compute_advantages(cfg, steps)
             samples = [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs) for s, a in zip(steps, adv)]
             agent.backend.release()  # GPU vLLM sleep mode: the update gets the KV cache's memory
             train_stats = learner.update(samples)
-        t_train = time.perf_counter() - t1
-        if steps:
-            probe = [s.prompt_ids for s in steps[:: max(1, len(steps) // cfg.sync_probe_size)][: cfg.sync_probe_size]]
+            t_train = time.perf_counter() - t1
             check = cfg.sync_check_every > 0 and it % cfg.sync_check_every == 0
-            sync_backend(agent, model, cfg, run, it, probe, check)
-        t_sync = time.perf_counter() - t1 - t_train
+            sync_backend(agent, model, cfg, run, it, probe_prompts([s.prompt_ids for s in steps], cfg.sync_probe_size),
+                         check)  # fmt: skip
+            t_sync = time.perf_counter() - t1 - t_train
 
         env_steps += sum(len(t.steps) for t in collected)
         metrics = {**rollout_metrics(collected), **data_stats, **adv_stats, **train_stats}

@@ -25,6 +25,11 @@ class SyncError(RuntimeError):
     """The engine's logprobs disagree with the trainer's after a weight sync."""
 
 
+def probe_prompts(prompts: list[list[int]], size: int) -> list[list[int]]:
+    """Up to `size` prompts spread evenly over `prompts` (real ones, from the run itself)."""
+    return prompts[:: max(1, len(prompts) // size)][:size]
+
+
 def tolerance_for(dtype: str, override: float = 0.0) -> float:
     return override if override > 0 else TOLERANCE[dtype]
 

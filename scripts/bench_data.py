@@ -33,25 +33,16 @@ def warm_up(env: str, out: Path, seed: int, sft_steps: int) -> Path:
     ckpt = out / "warm"
     if (ckpt / "config.json").exists():
         return ckpt
-    import random
-    from dataclasses import replace
-
-    import numpy as np
     import torch
 
-    from algos.config import Config, env_kwargs
-    from algos.learner import Learner
+    from algos.config import Config
     from algos.run_dir import TRAINER_STATE
-    from algos.sft import expert_demos, warm_up
+    from algos.sft import warm_up_from_config
     from algos.train import build
 
     cfg = Config(env=env, seed=seed, sft_steps=sft_steps, device="cpu")
     model, tokenizer, agent, learner_cfg = build(cfg)
-    rng = np.random.default_rng(seed)
-    demo_seeds = [int(s) for s in rng.integers(0, 10**9, cfg.sft_episodes)]
-    demos = expert_demos(agent, env, demo_seeds, cfg.sft_noise, random.Random(seed), env_kwargs(cfg))
-    sft = Learner(model, replace(learner_cfg, lr=cfg.sft_lr), tokenizer.pad_token_id, seed=seed)
-    warm_up(sft, demos, sft_steps, cfg.sft_batch_size, seed)
+    warm_up_from_config(cfg, agent, model, learner_cfg)  # the trainer's own warm-up
     ckpt.mkdir(parents=True)
     model.save_pretrained(ckpt)
     tokenizer.save_pretrained(ckpt)
