@@ -7,13 +7,14 @@ token ids, so a real instruct model sees its own format.
 
 Templates (`template=`): "default" is terse, for the built-in grid games; "textworld"
 reads like a text-adventure transcript (goal, step count, recent history, current
-observation, admissible commands). An env names the template that suits it in
+observation, admissible commands); "answer" is for single-turn problems (the question, and
+the instruction to give the final answer in the action tag). An env names the template that suits it in
 `metadata["prompt_template"]`; `--prompt-template` overrides it.
 """
 
 from __future__ import annotations
 
-TEMPLATES = ("default", "textworld")
+TEMPLATES = ("default", "textworld", "answer")
 
 SYSTEM = (
     "Task: {task}\n"
@@ -26,6 +27,11 @@ TEXTWORLD_SYSTEM = (
     "Goal: {task}\n"
     "Each turn, reply with exactly one of the admissible commands as <action>command</action>; "
     "you may think first in <think></think>."
+)
+
+ANSWER_SYSTEM = (
+    "{task}\n"
+    "Reply with the final answer as <action>answer</action>; you may think first in <think></think>."
 )
 
 
@@ -51,6 +57,8 @@ class PromptBuilder:
         recent = history[-self.memory :] if self.memory else []
         if self.template == "textworld":
             system, user = TEXTWORLD_SYSTEM.format(task=task), self._textworld(history, recent, observation, admissible)
+        elif self.template == "answer":  # one question, one answer: no memory, no command list
+            system, user = ANSWER_SYSTEM.format(task=task), observation
         else:
             system, user = SYSTEM.format(task=task), self._default(recent, observation, admissible)
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]

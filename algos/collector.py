@@ -38,6 +38,8 @@ class Step:
     truncated: bool
     won: bool  # the episode's outcome, the same on every step of a trajectory
     env_error: bool = False  # the env failed on this step (info["error"]); the episode ended truncated
+    answer: str | None = None  # the reference answer of the problem (info["answer"]), for verifiers
+    task_type: str = ""  # info["task_type"]: which rubric scores this answer
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,8 @@ class Collector:
                         terminated=bool(term),
                         truncated=bool(trunc),
                         env_error=bool(info.get("error")),
+                        answer=None if infos[i].get("answer") is None else str(infos[i]["answer"]),
+                        task_type=str(infos[i].get("task_type", "")),
                     )
                 )
                 history[i].append((obs[i], sent))

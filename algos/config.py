@@ -68,7 +68,7 @@ class Config:
     memory: int = 1
     """Past (observation, action) pairs shown in each prompt."""
     prompt_template: str = "auto"
-    """auto (the env's metadata["prompt_template"]), default or textworld."""
+    """auto (the env's metadata["prompt_template"]), default, textworld or answer (single-turn problems)."""
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 16
@@ -121,6 +121,32 @@ class Config:
     no_success_target: float = 0.1
     max_env_steps: int = 0
     """Stop once this many env steps were collected (0 = run all iterations): equal budgets across runs."""
+    # -- rewards (rewards/, docs/rewards.md) -------------------------------------------
+    reward: str = "env"
+    """Reward sources and weights, name[=weight],...: env, exact, numeric, regex, format, rubric,
+    judge, or module:function. Weight 0 = scored, logged and audited, not trained on."""
+    reward_tolerance: float = 1e-6
+    """numeric: absolute tolerance of the answer."""
+    reward_regex: str = ""
+    """regex: pattern searched in the response; {answer} stands for the escaped reference answer."""
+    rubric: str = ""
+    """rubric (and the judge's criteria): a YAML/JSON rubric file; empty = the env's own."""
+    judge_model: str = ""
+    """judge: the grading model (local folder, hub id, or tiny)."""
+    judge_prompt: str = ""
+    """judge: a prompt template file ({question} {answer} {criteria} {response} {task}); empty = built-in."""
+    judge_mode: str = "expected"
+    """judge: expected (expected digit 0-9 from one forward pass) or generate (greedy reply, first digit)."""
+    judge_batch_size: int = 32
+    pass_threshold: float = 0.5
+    """A reward >= this counts as a pass (audit error rates, rewarded vs unrewarded lengths)."""
+    audit_every: int = 8
+    """Scorer audit (honeypots, exploit probes, agreement) every N iterations; needs an env with
+    info["answer"]; 0 = never."""
+    audit_honeypots: int = 64
+    """Honeypots (half known-correct, half known-wrong) per audit."""
+    probe_threshold: float = 0.1
+    """An exploit probe is flagged when it earns >= this share of a correct answer's reward."""
     # -- advantages ------------------------------------------------------------------
     gamma: float = 0.95
     """Discount of the step returns (GiGPO's step-level term)."""
@@ -257,7 +283,7 @@ def _pop_env_kwargs(argv: list[str]) -> dict[str, str]:
     return dict(zip(values[::2], values[1::2]))
 
 
-def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigError(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
 
@@ -302,7 +328,7 @@ def rollout_is_level(cfg: Config) -> str:
 
 
 def check_backend(cfg: Config) -> None:
-    _choice("backend", cfg.backend, BACKENDS)
+    check_choice("backend", cfg.backend, BACKENDS)
     if cfg.sync_check_every < 0 or cfg.sync_probe_size < 1 or cfg.sync_tolerance < 0:
         raise ConfigError("need sync_check_every >= 0, sync_probe_size >= 1 and sync_tolerance >= 0")
     if cfg.backend != "vllm":
@@ -338,25 +364,25 @@ def validate(cfg: Config) -> None:
     from agents.model import TINY, is_local_path
     from agents.prompt import TEMPLATES
 
-    _choice("algo", cfg.algo, ALGOS)
-    _choice("prompt_template", cfg.prompt_template, ("auto", *TEMPLATES))
-    _choice("norm", cfg.norm, NORMS)
-    _choice("episode_baseline", cfg.episode_baseline, BASELINES)
-    _choice("scale", cfg.scale, SCALES)
-    _choice("anchor", cfg.anchor, ANCHORS)
+    check_choice("algo", cfg.algo, ALGOS)
+    check_choice("prompt_template", cfg.prompt_template, ("auto", *TEMPLATES))
+    check_choice("norm", cfg.norm, NORMS)
+    check_choice("episode_baseline", cfg.episode_baseline, BASELINES)
+    check_choice("scale", cfg.scale, SCALES)
+    check_choice("anchor", cfg.anchor, ANCHORS)
     if not 0.0 < cfg.similarity_threshold <= 1.0:
         raise ConfigError(f"similarity_threshold must be in (0, 1] (got {cfg.similarity_threshold})")
-    _choice("loss_type", cfg.loss_type, LOSS_TYPES)
-    _choice("kl_estimator", cfg.kl_estimator, KL_ESTIMATORS)
-    _choice("importance_sampling_level", cfg.importance_sampling_level, IMPORTANCE_LEVELS)
-    _choice("rollout_is", cfg.rollout_is, ("auto", *ROLLOUT_IS_LEVELS))
-    _choice("rollout_is_mode", cfg.rollout_is_mode, ROLLOUT_IS_MODES)
+    check_choice("loss_type", cfg.loss_type, LOSS_TYPES)
+    check_choice("kl_estimator", cfg.kl_estimator, KL_ESTIMATORS)
+    check_choice("importance_sampling_level", cfg.importance_sampling_level, IMPORTANCE_LEVELS)
+    check_choice("rollout_is", cfg.rollout_is, ("auto", *ROLLOUT_IS_LEVELS))
+    check_choice("rollout_is_mode", cfg.rollout_is_mode, ROLLOUT_IS_MODES)
     if cfg.rollout_is_cap <= 1.0:
         raise ConfigError(f"rollout_is_cap must be > 1 (got {cfg.rollout_is_cap})")
     if cfg.clip_ratio_c is not None and cfg.clip_ratio_c <= 1.0:
         raise ConfigError(f"clip_ratio_c must be > 1 (got {cfg.clip_ratio_c}); leave it unset to turn dual clip off")
-    _choice("dtype", cfg.dtype, ("float32", "bfloat16", "float16"))
-    _choice("task_sampler", cfg.task_sampler, SAMPLER_MODES)
+    check_choice("dtype", cfg.dtype, ("float32", "bfloat16", "float16"))
+    check_choice("task_sampler", cfg.task_sampler, SAMPLER_MODES)
     if not 0.0 < cfg.sampler_decay <= 1.0 or not 0.0 <= cfg.explore_frac <= 1.0:
         raise ConfigError("need 0 < sampler_decay <= 1 and 0 <= explore_frac <= 1")
     if not 0.0 < cfg.no_success_target < 1.0:
@@ -404,3 +430,6 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, or tiny")
     check_env_id(cfg.env)
     check_env_make(cfg)
+    from algos.scoring import check_reward
+
+    check_reward(cfg)

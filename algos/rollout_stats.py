@@ -34,6 +34,8 @@ def transcript(traj: Trajectory, advantages: dict[tuple[int, int], float] | None
     for s in traj.steps:
         row = dict(t=s.t, observation=s.observation, response=s.response, action=s.action,
                    status=s.parse_status, valid=s.action_valid, reward=s.reward)  # fmt: skip
+        if s.answer is not None:
+            row["answer"] = s.answer
         if advantages is not None:
             row["advantage"] = advantages.get((s.traj_id, s.t))
         rows.append(row)

@@ -47,6 +47,7 @@ from algos.data import DataConfig, DataLayer, TaskSampler
 from algos.learner import Learner, LearnerConfig, Sample
 from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
 from algos.run_dir import TRAINER_STATE, RunDir
+from algos.scoring import audit_hook, rescore, reward_layer
 from algos.sft import warm_up_from_config
 from algos.weight_sync import SyncError, check_gap, logprob_gap, probe_prompts, tolerance_for
 from envs import prompt_template
@@ -183,9 +184,11 @@ def train(cfg: Config) -> RunDir:
     learner = Learner(model, learner_cfg, tokenizer.pad_token_id, ref_model=ref, seed=cfg.seed)
     collector = Collector(cfg.env, cfg.num_groups, cfg.group_size, env_kwargs(cfg))
     data = DataLayer(data_config(cfg), task_sampler(cfg, collector.envs[0]))
+    rewards = reward_layer(cfg, str(model.device))  # --reward: what a step earns
+    audit = audit_hook(cfg, rewards, run.path / "reward_audit.json")
 
     def collect(seeds: list[int], sizes: list[int], first_group_id: int, first_traj_id: int):
-        return collector.collect(agent, seeds, first_traj_id, sizes, first_group_id)
+        return rescore(rewards, collector.collect(agent, seeds, first_traj_id, sizes, first_group_id))
 
     env_steps, last = 0, cfg.iterations
     bar = tqdm(range(1, cfg.iterations + 1), desc=f"{cfg.algo} {cfg.env}", dynamic_ncols=True)
@@ -209,7 +212,7 @@ def train(cfg: Config) -> RunDir:
             t_sync = time.perf_counter() - t1 - t_train
 
         env_steps += sum(len(t.steps) for t in collected)
-        metrics = {**rollout_metrics(collected), **data_stats, **adv_stats, **train_stats}
+        metrics = {**rollout_metrics(collected), **rewards.metrics(), **data_stats, **adv_stats, **train_stats}
         metrics["data/env_steps_total"] = float(env_steps)
         metrics.update(
             {
@@ -221,6 +224,8 @@ def train(cfg: Config) -> RunDir:
         )
         run.log(it, metrics)
         run.log_histogram(it, "data/pass_rates", data.sampler.pass_rates())
+        if audit and it % cfg.audit_every == 0:
+            run.log(it, audit(it, collected))  # honeypots and probes mixed with this iteration's answers
         by_step = {(s.traj_id, s.t): float(a) for s, a in zip(steps, adv)}
         for traj in trajs[: cfg.transcripts]:
             record = transcript(traj, by_step)

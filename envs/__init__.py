@@ -37,6 +37,21 @@ KEYDOOR_IDS = {
     ),
 }
 
+# Single-turn verifiable problems (one step per episode): the classic GRPO setting, with
+# a reference answer in info["answer"] for the verifiers, rubrics and judges of rewards/.
+SINGLE_TURN_IDS = {
+    "Arithmetic-v0": (
+        dict(level=1),
+        1,
+        "arithmetic with exact answers, one step: level=1..5 (a + b up to (a + b) * c - d)",
+    ),
+    "WordProblems-v0": (
+        dict(level=1, word_problems=True),
+        1,
+        "short word problems with exact answers, one step: level=1..3 (one addition up to two steps)",
+    ),
+}
+
 # TextWorld (pip install textrl[textworld]): games generated offline by TextWorld's own
 # generator, `gym.make(id, level=L)` picks the difficulty; or any games with
 # TextWorld-Games-v0 (games_dir=...). See envs/tw_env.py.
@@ -72,18 +87,27 @@ for _id, (_kwargs, _steps, _doc) in KEYDOOR_IDS.items():
     if _id not in gym.registry:
         gym.register(id=_id, entry_point="envs.keydoor:KeyDoorEnv", kwargs=_kwargs, max_episode_steps=_steps)
 
+for _id, (_kwargs, _steps, _doc) in SINGLE_TURN_IDS.items():
+    if _id not in gym.registry:
+        gym.register(id=_id, entry_point="envs.arithmetic:ArithmeticEnv", kwargs=_kwargs, max_episode_steps=_steps)
+
 for _id, (_kwargs, _steps, _doc) in TEXTWORLD_IDS.items():
     _entry = "envs.tw_env:TextWorldFamilyEnv" if _kwargs else "envs.tw_env:TextWorldGamesEnv"
     if _id not in gym.registry:
         gym.register(id=_id, entry_point=_entry, kwargs=_kwargs, max_episode_steps=_steps)
 
-__all__ = ["KEYDOOR_IDS", "TEXTWORLD_IDS", "TextEnv", "prompt_template"]
+__all__ = ["KEYDOOR_IDS", "SINGLE_TURN_IDS", "TEXTWORLD_IDS", "TextEnv", "prompt_template"]
 
 
-def prompt_template(env_id: str) -> str:
-    """The prompt template an env asks for in `metadata["prompt_template"]` ("default" if none)."""
+def env_metadata(env_id: str) -> dict:
+    """The env class's `metadata`, without making an env."""
     from gymnasium.envs.registration import load_env_creator
 
     entry = gym.spec(env_id).entry_point
     creator = load_env_creator(entry) if isinstance(entry, str) else entry
-    return str(getattr(creator, "metadata", {}).get("prompt_template", "default"))
+    return dict(getattr(creator, "metadata", {}) or {})
+
+
+def prompt_template(env_id: str) -> str:
+    """The prompt template an env asks for in `metadata["prompt_template"]` ("default" if none)."""
+    return str(env_metadata(env_id).get("prompt_template", "default"))

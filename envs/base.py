@@ -91,6 +91,10 @@ class TextEnv(gym.Env[str, str]):
     def _expert(self) -> str | None:
         return None
 
+    def _extra_info(self) -> dict[str, Any]:
+        """Env-specific info keys beyond the contract (e.g. a reference answer)."""
+        return {}
+
     @property
     def task(self) -> str:
         raise NotImplementedError
@@ -127,4 +131,5 @@ class TextEnv(gym.Env[str, str]):
             "expert_action": None if done else self._expert(),
             "task": self.task,
             "action_valid": action_valid,
+            **self._extra_info(),
         }

@@ -1,0 +1,139 @@
+"""The reward stage: collected episodes in, the same episodes with composed rewards out.
+
+Sits between the collector and the advantages: every step becomes a `RewardItem` (the
+question it answered, the full response, the parsed action, the env's reward and the
+reference answer the env gave), the reward layer (rewards/layer.py) scores them, and each
+step's `reward` is replaced by the weighted sum. With the default `--reward env` the
+rewards come out exactly as the env gave them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import replace
+
+import gymnasium as gym
+
+from agents.model import TINY, is_local_path
+from agents.parser import parse_action
+from algos.collector import Step, Trajectory
+from algos.config import ConfigError, check_choice, env_kwargs
+from envs import env_metadata
+from rewards.audit import audit_scalars, env_honeypots, jsonable, length_report, run_audit
+from rewards.base import RewardItem
+from rewards.judge import JUDGE_MODES, load_prompt
+from rewards.layer import NEEDS_ANSWER, RewardLayer, RewardOptions, build_scorer, parse_spec
+
+
+def reward_item(step: Step, task: str) -> RewardItem:
+    return RewardItem(
+        question=step.observation,
+        response=step.response,
+        action=parse_action(step.response)[0],  # what the model answered, not the raw fallback sent
+        answer=step.answer,
+        task_type=step.task_type,
+        task=task,
+        env_reward=step.reward,
+        response_tokens=len(step.response_ids),
+    )
+
+
+def answer_items(trajs: list[Trajectory]) -> list[RewardItem]:
+    """The last step of every episode: the answer that outcome scorers judge."""
+    return [reward_item(t.steps[-1], t.task) for t in trajs if t.steps]
+
+
+def rescore(layer: RewardLayer, trajs: list[Trajectory]) -> list[Trajectory]:
+    episodes = [[reward_item(s, t.task) for s in t.steps] for t in trajs]
+    rewards = layer.score_episodes(episodes)
+    return [replace(t, steps=[replace(s, reward=r) for s, r in zip(t.steps, rs)]) for t, rs in zip(trajs, rewards)]
+
+
+def reward_layer(cfg, device: str) -> RewardLayer:
+    """The run's reward sources (`--reward`), built once the config is validated."""
+    opts = RewardOptions(cfg.reward_tolerance, cfg.reward_regex, cfg.rubric, cfg.judge_model, cfg.judge_prompt,
+                         cfg.judge_mode, cfg.judge_batch_size, device)  # fmt: skip
+    env_rubric = env_metadata(cfg.env.split(":")[-1]).get("rubric")
+    sources = [(build_scorer(name, opts, env_rubric), weight) for name, weight in parse_spec(cfg.reward)]
+    return RewardLayer(sources, cfg.pass_threshold)
+
+
+class AuditHook:
+    """The in-training scorer audit: every `every` iterations, the run's scorers score honeypots
+    and exploit probes mixed with this iteration's answers; the report goes to TensorBoard
+    (audit/...) and to DIR/reward_audit.json (every audit so far)."""
+
+    def __init__(self, layer: RewardLayer, cfg, path: str | os.PathLike) -> None:
+        self.layer, self.cfg, self.path, self.history = layer, cfg, path, []
+        self.honeypots(0)  # fails now, not mid-run, for an env without info["answer"]
+
+    def honeypots(self, k: int):
+        """The k-th audit's honeypots: fresh problems every audit, the same ones for a given seed."""
+        return env_honeypots(self.cfg.env, self.cfg.audit_honeypots, self.cfg.seed * 1000 + k, env_kwargs(self.cfg))
+
+    def __call__(self, it: int, trajs: list[Trajectory]) -> dict[str, float]:
+        real = answer_items(trajs)
+        honeypots = self.honeypots(len(self.history))
+        report = run_audit(self.layer.scorers, honeypots, real, self.cfg.pass_threshold,
+                           self.cfg.probe_threshold, seed=self.cfg.seed + it)  # fmt: skip
+        report["length"] = length_report(real, [t.episode_return for t in trajs if t.steps], self.cfg.pass_threshold)
+        self.history.append({"iteration": it, **report})
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(jsonable({"env": self.cfg.env, "reward": self.cfg.reward, "audits": self.history}), f, indent=1)
+        os.replace(tmp, self.path)
+        return audit_scalars(report)
+
+
+def audit_hook(cfg, layer: RewardLayer, path: str | os.PathLike) -> AuditHook | None:
+    """The audit when it is on and the env gives reference answers (honeypots need them)."""
+    if not cfg.audit_every:
+        return None
+    try:
+        return AuditHook(layer, cfg, path)
+    except ValueError as e:  # a multi-step env without info["answer"]: nothing to audit against
+        if cfg.reward != "env":
+            print(f"reward audit off: {e}", file=sys.stderr)
+        return None
+
+
+def check_reward(cfg) -> None:
+    """The reward spec, rubric file, judge settings and custom sources, checked before the model
+    loads; a source that compares with info["answer"] needs an env that gives one. Raises ConfigError."""
+    try:
+        names = [name for name, _ in parse_spec(cfg.reward)]
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    check_choice("judge_mode", cfg.judge_mode, JUDGE_MODES)
+    if cfg.judge_batch_size < 1 or cfg.audit_honeypots < 2 or cfg.audit_every < 0 or cfg.reward_tolerance < 0:
+        raise ConfigError("need judge_batch_size >= 1, audit_honeypots >= 2, audit_every >= 0, reward_tolerance >= 0")
+    if not 0.0 < cfg.probe_threshold <= 1.0:
+        raise ConfigError(f"probe_threshold must be in (0, 1] (got {cfg.probe_threshold})")
+    opts = RewardOptions(cfg.reward_tolerance, cfg.reward_regex, cfg.rubric)
+    env_rubric = env_metadata(cfg.env.split(":")[-1]).get("rubric")
+    try:
+        for name in names:
+            if name != "judge":
+                build_scorer(name, opts, env_rubric)  # cheap for every source but the judge
+                continue
+            if not cfg.judge_model:
+                raise ValueError("--reward judge needs --judge-model (a local folder, a hub id, or tiny)")
+            local = cfg.judge_model != TINY and is_local_path(cfg.judge_model)
+            if local and not os.path.exists(os.path.expanduser(cfg.judge_model)):
+                raise ValueError(f"judge model path {cfg.judge_model!r} does not exist")
+            if cfg.judge_prompt:
+                load_prompt(cfg.judge_prompt)
+            if cfg.rubric or env_rubric:  # the judge is shown the rubric's criteria
+                build_scorer("rubric", opts, env_rubric)
+    except (ValueError, OSError) as e:  # RubricError and re.error are ValueErrors
+        raise ConfigError(str(e).replace("\n", " ")) from None
+    uses_answer = any(n in NEEDS_ANSWER or n == "judge" for n in names)
+    if uses_answer or ("regex" in names and "{answer}" in cfg.reward_regex):
+        env = gym.make(cfg.env, **env_kwargs(cfg))
+        _, info = env.reset(seed=cfg.seed)
+        env.close()
+        if info.get("answer") is None:
+            raise ConfigError(f"--reward {cfg.reward} compares answers with info['answer'], which {cfg.env} does "
+                              "not give; use a single-turn env (Arithmetic-v0) or --reward env")  # fmt: skip

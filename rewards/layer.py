@@ -1,0 +1,197 @@
+"""The reward layer: named reward sources, composed with weights, applied to whole episodes.
+
+    --reward env                       the env's own reward (the default)
+    --reward numeric                   a verifier: the answer is the reference number
+    --reward numeric=1,format=0.1      weighted sum: verifier plus a format reward
+    --reward rubric                    the env's rubric file (or --rubric FILE)
+    --reward numeric=1,judge=0         train on the verifier; score with a judge too, weight 0:
+                                       it is logged and audited, never trained on
+    --reward mypkg.rewards:brevity=0.5 any function RewardItem -> float, or a Scorer object
+
+Built-in sources: env, exact, numeric, regex (`--reward-regex`, `{answer}` = the reference),
+format, rubric, judge (`--judge-model`). "step" sources (env, format) score every env step;
+"outcome" sources score the last step of an episode (the answer) against `info["answer"]`.
+A step's reward is the weighted sum of the sources that score it. A source that fails on
+a response scores it as an error: counted in `reward/<name>/errors`, worth 0, never a crash.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from rewards import verifiers
+from rewards.base import OUTCOME, STEP, FunctionScorer, RewardItem, Scorer, score_batch
+
+BUILTIN = ("env", "exact", "numeric", "regex", "format", "rubric", "judge")
+NEEDS_ANSWER = ("exact", "numeric")  # sources that are meaningless without info["answer"]
+
+
+@dataclass(frozen=True)
+class RewardOptions:
+    """What the built-in sources need beyond their name."""
+
+    tolerance: float = 1e-6  # numeric: absolute tolerance
+    regex: str = ""  # regex: the pattern ({answer} = the escaped reference answer)
+    rubric: str = ""  # rubric: the file; "" = the env's own (metadata["rubric"])
+    judge_model: str = ""
+    judge_prompt: str = ""  # a template file; "" = the built-in prompt
+    judge_mode: str = "expected"
+    judge_batch_size: int = 32
+    device: str = "cpu"
+
+
+def parse_spec(spec: str) -> list[tuple[str, float]]:
+    """ "numeric=1,format=0.1" -> [("numeric", 1.0), ("format", 0.1)]. Raises ValueError."""
+    out: list[tuple[str, float]] = []
+    for part in (p.strip() for p in str(spec).split(",")):
+        if not part:
+            raise ValueError(f"--reward {spec!r}: empty source; write name[=weight],... e.g. numeric=1,format=0.1")
+        name, _, weight = part.partition("=")
+        name = name.strip()
+        try:
+            value = float(weight) if weight else 1.0
+        except ValueError:
+            raise ValueError(f"--reward: the weight of {name!r} must be a number (got {weight!r})") from None
+        if not np.isfinite(value):
+            raise ValueError(f"--reward: the weight of {name!r} must be finite (got {weight!r})")
+        if name not in BUILTIN and ":" not in name:
+            close = difflib.get_close_matches(name, BUILTIN, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(
+                f"--reward: unknown source {name!r}; {hint}choose from {', '.join(BUILTIN)} or module:function"
+            )
+        if name in (n for n, _ in out):
+            raise ValueError(f"--reward: source {name!r} appears twice")
+        out.append((name, value))
+    if all(w == 0 for _, w in out):
+        raise ValueError(f"--reward {spec!r}: every weight is 0, nothing would be trained on")
+    return out
+
+
+def build_scorer(name: str, opts: RewardOptions, env_rubric: str | None = None) -> Scorer:
+    """One named source as a Scorer. Raises ValueError for a source that cannot be built."""
+    if name == "env":
+        return FunctionScorer("env", lambda it: it.env_reward, STEP, needs_answer=False)
+    if name == "format":
+        return FunctionScorer("format", lambda it: verifiers.well_formed(it.response), STEP, needs_answer=False)
+    if name == "exact":
+        return FunctionScorer("exact", lambda it: verifiers.exact(it.action, it.answer))
+    if name == "numeric":
+        return FunctionScorer("numeric", lambda it: verifiers.numeric(it.action, it.answer, opts.tolerance))
+    if name == "regex":
+        if not opts.regex:
+            raise ValueError("--reward regex needs --reward-regex PATTERN ({answer} stands for the reference)")
+        verifiers.answer_pattern(opts.regex, "0")  # compiles, or raises re.error
+        uses_answer = "{answer}" in opts.regex
+        return FunctionScorer("regex", lambda it: verifiers.regex(it.response, opts.regex, it.answer),
+                              needs_answer=uses_answer)  # fmt: skip
+    if name == "rubric":
+        from rewards.rubric import RubricScorer, load_rubrics
+
+        path = opts.rubric or env_rubric
+        if not path:
+            raise ValueError("--reward rubric needs --rubric FILE (this env ships no rubric)")
+        return RubricScorer(load_rubrics(path))
+    if name == "judge":
+        from rewards.judge import JudgeScorer, load_prompt
+
+        if not opts.judge_model:
+            raise ValueError("--reward judge needs --judge-model (a local folder, a hub id, or tiny)")
+        rubrics = None
+        if opts.rubric or env_rubric:
+            from rewards.rubric import load_rubrics
+
+            rubrics = load_rubrics(opts.rubric or env_rubric)
+        kw = dict(mode=opts.judge_mode, batch_size=opts.judge_batch_size, rubrics=rubrics)
+        if opts.judge_prompt:
+            kw["prompt"] = load_prompt(opts.judge_prompt)
+        return JudgeScorer.from_pretrained(opts.judge_model, opts.device, **kw)
+    return _custom(name)
+
+
+def _custom(name: str) -> Scorer:
+    module, _, attr = name.rpartition(":")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"--reward {name}: cannot load {attr!r} from {module!r}: {e}") from None
+    if isinstance(obj, type):
+        obj = obj()
+    if hasattr(obj, "score"):
+        obj.name = getattr(obj, "name", attr)
+        obj.scope = getattr(obj, "scope", OUTCOME)
+        return obj
+    if callable(obj):
+        return FunctionScorer(attr, obj, OUTCOME, needs_answer=False)
+    raise ValueError(f"--reward {name}: {attr!r} is neither a function of a RewardItem nor a scorer")
+
+
+class RewardLayer:
+    """Weighted reward sources; scores episodes (lists of RewardItem, one per step)."""
+
+    def __init__(self, sources: list[tuple[Scorer, float]], pass_threshold: float = 0.5) -> None:
+        self.sources, self.pass_threshold = sources, pass_threshold
+        self._reset()
+
+    @property
+    def scorers(self) -> list[Scorer]:
+        return [s for s, _ in self.sources]
+
+    def _reset(self) -> None:
+        self._scores: dict[str, list[float]] = {s.name: [] for s, _ in self.sources}
+        self._errors: dict[str, int] = {s.name: 0 for s, _ in self.sources}
+        self._returns: list[float] = []
+        self._lengths: list[float] = []
+
+    def score_episodes(self, episodes: list[list[RewardItem]]) -> list[list[float]]:
+        """One composed reward per step of every episode; statistics accumulate for `metrics`."""
+        rewards = [[0.0] * len(ep) for ep in episodes]
+        for scorer, weight in self.sources:
+            where = [(e, t) for e, ep in enumerate(episodes) for t in range(len(ep))
+                     if scorer.scope == STEP or t == len(ep) - 1]  # fmt: skip
+            scores = score_batch(scorer, [episodes[e][t] for e, t in where])
+            for (e, t), score in zip(where, scores):
+                if score is None:
+                    self._errors[scorer.name] += 1
+                else:
+                    rewards[e][t] += weight * score
+                    self._scores[scorer.name].append(score)
+        for ep, r in zip(episodes, rewards):
+            if ep:
+                self._returns.append(sum(r))
+                self._lengths.append(float(np.mean([it.response_tokens for it in ep])))
+        return rewards
+
+    def metrics(self) -> dict[str, float]:
+        """Means since the last call: per source, errors, episode reward and the length signals."""
+        out: dict[str, float] = {}
+        for name, scores in self._scores.items():
+            out[f"reward/{name}"] = float(np.mean(scores)) if scores else float("nan")
+            out[f"reward/{name}/errors"] = float(self._errors[name])
+        out["reward/errors"] = float(sum(self._errors.values()))
+        if self._returns:
+            out["reward/episode"] = float(np.mean(self._returns))
+            out.update(length_signals(self._lengths, self._returns, self.pass_threshold))
+        self._reset()
+        return out
+
+
+def length_signals(lengths, rewards, threshold: float) -> dict[str, float]:
+    """Mean response length (tokens) of rewarded (>= threshold) vs unrewarded responses, and
+    their correlation: a judge or rubric that pays for length shows it here first."""
+    lengths, rewards = np.asarray(lengths, dtype=float), np.asarray(rewards, dtype=float)
+    hit = rewards >= threshold
+    corr = (
+        float(np.corrcoef(lengths, rewards)[0, 1])
+        if len(lengths) > 1 and lengths.std() and rewards.std()
+        else float("nan")
+    )
+    return {
+        "reward/len_rewarded": float(lengths[hit].mean()) if hit.any() else float("nan"),
+        "reward/len_unrewarded": float(lengths[~hit].mean()) if (~hit).any() else float("nan"),
+        "reward/len_reward_corr": corr,
+    }
