@@ -23,6 +23,7 @@ class View:
     history: tuple[tuple[str, str], ...]  # (observation, action) pairs, oldest first
     observation: str
     admissible: tuple[str, ...] | None
+    expert: str | None = None  # the env's expert_action: never shown to the model; scripted baselines use it
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ model, so finished envs cost nothing.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -17,6 +19,15 @@ import gymnasium as gym
 import envs  # noqa: F401  (registers the built-in ids)
 from agents.agent import LLMAgent, View
 from agents.parser import OK
+
+_NOTED: set[str] = set()
+
+
+def note_once(message: str) -> None:
+    """A one-line note on stderr, once per process (a fallback the user should know about)."""
+    if message not in _NOTED:
+        _NOTED.add(message)
+        print(f"note: {message}", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -61,7 +72,7 @@ class Trajectory:
 
 class Collector:
     def __init__(self, env_id: str, num_groups: int, group_size: int, env_kwargs=None):
-        self.num_groups, self.group_size = num_groups, group_size
+        self.env_id, self.num_groups, self.group_size = env_id, num_groups, group_size
         self.envs = [gym.make(env_id, **(env_kwargs or {})) for _ in range(num_groups * group_size)]
 
     def close(self) -> None:
@@ -75,9 +86,11 @@ class Collector:
         first_traj_id: int = 0,
         group_sizes: list[int] | None = None,
         first_group_id: int = 0,
+        on_done: Callable[[int], object] | None = None,
     ) -> list[Trajectory]:
         """One rollout per env; `seeds[g]` is the start state of group g, which has
-        `group_sizes[g]` rollouts (default `group_size`) and id `first_group_id + g`."""
+        `group_sizes[g]` rollouts (default `group_size`) and id `first_group_id + g`.
+        `on_done(n)` is told whenever n more episodes finished (progress bars)."""
         sizes = group_sizes if group_sizes is not None else [self.group_size] * len(seeds)
         if len(sizes) != len(seeds) or sum(sizes) > len(self.envs) or min(sizes, default=1) < 1:
             raise ValueError(f"{len(seeds)} seeds with group sizes {sizes} do not fit in {len(self.envs)} envs")
@@ -87,6 +100,8 @@ class Collector:
             return []
         obs, infos = zip(*(self.envs[i].reset(seed=seeds[group[i]]) for i in range(n)))
         obs, infos = list(obs), list(infos)
+        if "state_key" not in infos[0]:
+            note_once(f"{self.env_id} gives no info['state_key']: GiGPO anchor states fall back to the observation text")
         history: list[list[tuple[str, str]]] = [[] for _ in range(n)]
         rows: list[list[dict]] = [[] for _ in range(n)]
         active = list(range(n))
@@ -120,6 +135,8 @@ class Collector:
                 obs[i], infos[i] = nxt, info
                 if not (term or trunc):
                     still.append(i)
+            if on_done is not None and len(still) < len(active):
+                on_done(len(active) - len(still))
             active = still
         trajectories = []
         for i in range(n):
@@ -140,4 +157,5 @@ class Collector:
             history=tuple(history),
             observation=obs,
             admissible=tuple(admissible) if admissible is not None else None,
+            expert=info.get("expert_action"),
         )

@@ -213,7 +213,9 @@ class Config:
     save_every: int = 0
     """Checkpoint every N iterations (0: only at the end)."""
     transcripts: int = 1
-    """Full episodes written as text per iteration (TensorBoard + transcripts.jsonl)."""
+    """Full episodes (prompt, response, action, reward, advantage per step) written per sampled iteration."""
+    transcript_every: int = 1
+    """Write transcripts every N iterations (TensorBoard text + transcripts.jsonl); 0 = never."""
 
 
 class ConfigError(ValueError):
@@ -404,7 +406,7 @@ def validate(cfg: Config) -> None:
     if cfg.sft_steps is not None and cfg.sft_steps < 0:
         raise ConfigError(f"sft_steps must be >= 0 (got {cfg.sft_steps})")
     for name in ("task_pool", "stale_after", "max_extra_groups", "max_env_steps", "sft_episodes",
-                 "eval_episodes", "eval_every", "save_every", "memory", "transcripts", "beta",
+                 "eval_episodes", "eval_every", "save_every", "memory", "transcripts", "transcript_every", "beta",
                  "invalid_penalty", "temperature", "entropy_coef"):  # fmt: skip
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} must be >= 0 (got {getattr(cfg, name)})")

@@ -28,12 +28,15 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     }
 
 
-def transcript(traj: Trajectory, advantages: dict[tuple[int, int], float] | None = None) -> dict:
-    """One episode as a JSON-able record: per step the view, the response and the outcome."""
+def transcript(traj: Trajectory, advantages: dict[tuple[int, int], float] | None = None, decode=None) -> dict:
+    """One episode as a JSON-able record: per step the prompt the model saw (`decode`: token
+    ids -> text), the response, the action sent, the reward and the advantage."""
     rows = []
     for s in traj.steps:
         row = dict(t=s.t, observation=s.observation, response=s.response, action=s.action,
                    status=s.parse_status, valid=s.action_valid, reward=s.reward)  # fmt: skip
+        if decode is not None:
+            row["prompt"] = decode(s.prompt_ids)
         if s.answer is not None:
             row["answer"] = s.answer
         if advantages is not None:
@@ -46,6 +49,8 @@ def transcript_markdown(record: dict) -> str:
     lines = [f"**task** {record['task']}  **seed** {record['seed']}  **won** {record['won']}", ""]
     for r in record["steps"]:
         adv = f" adv={r['advantage']:+.3f}" if r.get("advantage") is not None else ""
+        if r.get("prompt") is not None:  # indented: markdown shows it verbatim
+            lines += ["", *("    " + line for line in r["prompt"].splitlines()), ""]
         lines.append(f"{r['t']}. {r['observation']}  ")
-        lines.append(f"   -> `{r['response']}` [{r['status']}] r={r['reward']:g}{adv}  ")
+        lines.append(f"   -> `{r['response']}` [{r['status']}] action `{r['action']}` r={r['reward']:g}{adv}  ")
     return "\n".join(lines)

@@ -55,7 +55,7 @@ def reward_layer(cfg, device: str) -> RewardLayer:
     """The run's reward sources (`--reward`), built once the config is validated."""
     opts = RewardOptions(cfg.reward_tolerance, cfg.reward_regex, cfg.rubric, cfg.judge_model, cfg.judge_prompt,
                          cfg.judge_mode, cfg.judge_batch_size, device)  # fmt: skip
-    env_rubric = env_metadata(cfg.env.split(":")[-1]).get("rubric")
+    env_rubric = env_metadata(cfg.env).get("rubric")
     sources = [(build_scorer(name, opts, env_rubric), weight) for name, weight in parse_spec(cfg.reward)]
     return RewardLayer(sources, cfg.pass_threshold)
 
@@ -112,7 +112,7 @@ def check_reward(cfg) -> None:
     if not 0.0 < cfg.probe_threshold <= 1.0:
         raise ConfigError(f"probe_threshold must be in (0, 1] (got {cfg.probe_threshold})")
     opts = RewardOptions(cfg.reward_tolerance, cfg.reward_regex, cfg.rubric)
-    env_rubric = env_metadata(cfg.env.split(":")[-1]).get("rubric")
+    env_rubric = env_metadata(cfg.env).get("rubric")
     try:
         for name in names:
             if name != "judge":

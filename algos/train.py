@@ -3,6 +3,7 @@
     python -m algos.train                                   # the default job (CPU, minutes)
     python -m algos.train --env KeyDoor-Hard-v0 --algo grpo --iterations 50 --seed 1
     python -m algos.train --config configs/qwen2.5-1.5b.yaml --model Qwen/Qwen2.5-1.5B-Instruct
+    python -m algos.train --list-envs                       # the registered envs (python -m envs)
 
 One iteration: collect num_groups x group_size episodes (the envs of a group share a
 seed), compute advantages (GRPO: episode-level; GiGPO: episode + step-level anchor
@@ -41,9 +42,10 @@ from algos.advantages import (
     rloo_advantages,
     similarity_keys,
 )
-from algos.collector import Collector, Step
+from algos.collector import Collector, Step, note_once
 from algos.config import Config, ConfigError, env_kwargs, parse_config, rollout_is_level, validate
 from algos.data import DataConfig, DataLayer, TaskSampler
+from algos.evaluation import held_out_seeds, play, summarize
 from algos.learner import Learner, LearnerConfig, Sample
 from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
 from algos.run_dir import TRAINER_STATE, RunDir
@@ -51,7 +53,6 @@ from algos.scoring import audit_hook, rescore, reward_layer
 from algos.sft import warm_up_from_config
 from algos.weight_sync import SyncError, check_gap, logprob_gap, probe_prompts, tolerance_for
 from envs import prompt_template
-from envs.base import HELD_OUT_SEED
 
 DEFAULT_SFT_STEPS = 90
 DEFAULT_TASK_POOL = 256  # tasks of an env without a finite pool of its own (procedural layouts)
@@ -86,13 +87,10 @@ def compute_advantages(cfg: Config, steps: list[Step]) -> tuple[np.ndarray, dict
 
 
 def evaluate(agent: LLMAgent, cfg: Config, episodes: int) -> dict[str, float]:
-    """Held-out episodes, one per seed, sampled at the training temperature."""
-    collector = Collector(cfg.env, num_groups=episodes, group_size=1, env_kwargs=env_kwargs(cfg))
-    seeds = [HELD_OUT_SEED + i for i in range(episodes)]  # held-out tasks, the same for every run
-    trajs = collector.collect(agent, seeds)
-    collector.close()
-    m = rollout_metrics(trajs)
-    return {"eval/success_rate": m["rollout/success_rate"], "eval/episode_length": m["rollout/episode_length"]}
+    """Held-out episodes, one per task, sampled at the training temperature (algos/evaluation.py)."""
+    trajs = play(agent, cfg.env, env_kwargs(cfg), held_out_seeds(episodes), max_envs=episodes, leave=False)
+    m = summarize(trajs)
+    return {"eval/success_rate": m["success_rate"], "eval/episode_length": m["mean_steps"]}
 
 
 def build(cfg: Config):
@@ -157,9 +155,9 @@ def sync_backend(agent: LLMAgent, model, cfg: Config, run: RunDir, it: int, prob
 def train(cfg: Config) -> RunDir:
     if not cfg.output_dir:
         cfg.output_dir = f"runs/{cfg.env.split(':')[-1]}-{cfg.algo}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if cfg.sft_steps is None:  # a checkpoint of this trainer is already warmed up
+    if cfg.sft_steps is None:  # a checkpoint of this trainer is already warmed up; no expert, no warm-up
         warmed = os.path.exists(os.path.join(os.path.expanduser(cfg.model), TRAINER_STATE))
-        cfg.sft_steps = 0 if warmed else DEFAULT_SFT_STEPS
+        cfg.sft_steps = 0 if warmed or not has_expert(cfg) else DEFAULT_SFT_STEPS
     model, tokenizer, agent, learner_cfg = build(cfg)
     run = RunDir(cfg.output_dir, cfg)
     print(f"run directory: {run.path}  (tensorboard --logdir {run.path})", file=sys.stderr)
@@ -170,9 +168,12 @@ def train(cfg: Config) -> RunDir:
         run.log(0, {"sft/loss": float(np.mean(losses[-10:])), "sft/demos": len(demos)})
         probe = probe_prompts([d.prompt_ids for d in demos], cfg.sync_probe_size)
         sync_backend(agent, model, cfg, run, 0, probe, check=cfg.sync_check_every > 0)
+        save(run, 0, model, tokenizer, None, cfg)  # the warmed-up model: a baseline, and a start that skips SFT
+    held_out = None  # the latest held-out success rate, shown on the progress bar
     if cfg.eval_episodes:
         warm = evaluate(agent, cfg, cfg.eval_episodes)
         run.log(0, warm)
+        held_out = warm["eval/success_rate"]
         print(f"success after warm-up: {warm['eval/success_rate']:.1%}", file=sys.stderr)
 
     # ---- RL -------------------------------------------------------------------------
@@ -226,16 +227,20 @@ def train(cfg: Config) -> RunDir:
         run.log_histogram(it, "data/pass_rates", data.sampler.pass_rates())
         if audit and it % cfg.audit_every == 0:
             run.log(it, audit(it, collected))  # honeypots and probes mixed with this iteration's answers
-        by_step = {(s.traj_id, s.t): float(a) for s, a in zip(steps, adv)}
-        for traj in trajs[: cfg.transcripts]:
-            record = transcript(traj, by_step)
-            run.log_transcript(it, record, transcript_markdown(record))
-        bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", loss=f"{metrics.get('train/loss', 0):.3f}")
+        if cfg.transcript_every and it % cfg.transcript_every == 0:
+            by_step = {(s.traj_id, s.t): float(a) for s, a in zip(steps, adv)}
+            for traj in trajs[: cfg.transcripts]:
+                record = transcript(traj, by_step, tokenizer.decode)
+                run.log_transcript(it, record, transcript_markdown(record))
+        shown = {"success": f"{metrics['rollout/success_rate']:.2f}", "loss": f"{metrics.get('train/loss', 0):.3f}"}
+        bar.set_postfix(**shown, **({"eval": f"{held_out:.2f}"} if held_out is not None else {}))
         if cfg.max_env_steps and env_steps >= cfg.max_env_steps:
             last = it  # the env-step budget is spent
             break
         if cfg.eval_episodes and cfg.eval_every and it % cfg.eval_every == 0 and it < cfg.iterations:
-            run.log(it, evaluate(agent, cfg, cfg.eval_episodes))  # same held-out seeds every time
+            result = evaluate(agent, cfg, cfg.eval_episodes)  # same held-out seeds every time
+            run.log(it, result)
+            held_out = result["eval/success_rate"]
         if cfg.save_every and it % cfg.save_every == 0 and it < cfg.iterations:
             save(run, it, model, tokenizer, learner, cfg, data.sampler)
     collector.close()
@@ -249,6 +254,18 @@ def train(cfg: Config) -> RunDir:
     print(f"checkpoint: {path}", file=sys.stderr)
     run.close()
     return run
+
+
+def has_expert(cfg: Config) -> bool:
+    import gymnasium as gym
+
+    env = gym.make(cfg.env, **env_kwargs(cfg))
+    _, info = env.reset(seed=cfg.seed)
+    env.close()
+    if info.get("expert_action") is None:
+        note_once(f"{cfg.env} gives no info['expert_action']: no SFT warm-up, RL starts from the model as it is")
+        return False
+    return True
 
 
 def data_config(cfg: Config) -> DataConfig:
@@ -282,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--list-envs" in argv:  # the env catalog (python -m envs), with any --env package imported
+        from envs.catalog import main as list_envs
+
+        env = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--env"), "")
+        return list_envs(["--import", env.split(":")[0]] if ":" in env else [])
     try:
         cfg = parse_config(argv)
         validate(cfg)  # before anything heavy loads

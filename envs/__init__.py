@@ -101,8 +101,13 @@ __all__ = ["KEYDOOR_IDS", "SINGLE_TURN_IDS", "TEXTWORLD_IDS", "TextEnv", "prompt
 
 def env_metadata(env_id: str) -> dict:
     """The env class's `metadata`, without making an env."""
+    import importlib
+
     from gymnasium.envs.registration import load_env_creator
 
+    if ":" in env_id:  # Gymnasium's "pkg:Env-v0": the package registers the id on import
+        module, env_id = env_id.split(":", 1)
+        importlib.import_module(module)
     entry = gym.spec(env_id).entry_point
     creator = load_env_creator(entry) if isinstance(entry, str) else entry
     return dict(getattr(creator, "metadata", {}) or {})

@@ -39,7 +39,8 @@ ITEMS = ("apples", "marbles", "stickers", "coins", "books", "shells", "pencils",
 class ArithmeticEnv(TextEnv):
     """One problem per episode; answer with the number. See the module docstring."""
 
-    metadata = {**TextEnv.metadata, "prompt_template": "answer", "rubric": str(RUBRIC)}
+    metadata = {**TextEnv.metadata, "prompt_template": "answer", "rubric": str(RUBRIC),
+                "info_keys": ("state_key", "expert_action", "answer")}  # fmt: skip
 
     def __init__(self, level: int = 1, word_problems: bool = False, render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)

@@ -52,6 +52,8 @@ def _direction(frm: Cell, to: Cell) -> str:
 class KeyDoorEnv(TextEnv):
     """Find keys, unlock doors, take the treasure. See the module docstring."""
 
+    metadata = {**TextEnv.metadata, "info_keys": ("state_key", "admissible_commands", "expert_action")}
+
     def __init__(
         self,
         width: int = 3,

@@ -81,7 +81,8 @@ def state_key(facts) -> str:
 class TextWorldEnv(gym.Env[str, str]):
     """A pool of TextWorld games behind one Gymnasium env. See the module docstring."""
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 1, "prompt_template": "textworld"}
+    metadata = {"render_modes": ["ansi"], "render_fps": 1, "prompt_template": "textworld",
+                "info_keys": ("state_key", "admissible_commands", "expert_action")}  # fmt: skip
 
     def __init__(self, train_games: list[Path], held_out_games: list[Path], render_mode: str | None = None):
         if not train_games:

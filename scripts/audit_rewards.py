@@ -87,7 +87,7 @@ def audit(args: argparse.Namespace) -> dict:
         kwargs[key] = yaml.safe_load(value)
     opts = RewardOptions(args.reward_tolerance, args.reward_regex, args.rubric, args.judge_model, args.judge_prompt,
                          args.judge_mode, args.judge_batch_size, args.device)  # fmt: skip
-    env_rubric = envs.env_metadata(args.env.split(":")[-1]).get("rubric")
+    env_rubric = envs.env_metadata(args.env).get("rubric")
     scorers = [build_scorer(name, opts, env_rubric) for name, _ in parse_spec(args.reward)]
     honeypots = env_honeypots(args.env, args.honeypots, args.seed, kwargs) if args.honeypots else []
     if args.honeypot_file:
