@@ -27,6 +27,7 @@ import sys
 import time
 from dataclasses import asdict, fields
 
+import gymnasium as gym
 import numpy as np
 import torch
 from tqdm import tqdm
@@ -257,8 +258,7 @@ def train(cfg: Config) -> RunDir:
 
 
 def has_expert(cfg: Config) -> bool:
-    import gymnasium as gym
-
+    """Whether the env gives expert actions to warm up on (one reset)."""
     env = gym.make(cfg.env, **env_kwargs(cfg))
     _, info = env.reset(seed=cfg.seed)
     env.close()
