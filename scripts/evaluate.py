@@ -83,7 +83,8 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     cfg, from_trainer = load_run_config(str(path))
     base_model = args.base_model or cfg.model
     cfg.model, cfg.output_dir, cfg.sft_steps = str(path), "", 0
-    cfg.env = args.env or cfg.env
+    if args.env and args.env != cfg.env:  # another env: the checkpoint's knobs were for its own
+        cfg.env, cfg.env_kwargs = args.env, {}
     if args.env_kwargs:
         cfg.env_kwargs = {}
         for kv in args.env_kwargs:

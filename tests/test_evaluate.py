@@ -70,6 +70,15 @@ def test_pass_at_k_by_hand():
     assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 3, 2) == 1.0
 
 
+def test_another_env_than_the_checkpoints(run, tmp_path):
+    out = tmp_path / "hard.json"
+    flags = ["--checkpoint", str(run / "checkpoints" / "iter_2"), "--env", "KeyDoor-Hard-v0", "--env-kwargs",
+             "walls=0.0", "--episodes", "2", "--no-plots", "--output", str(out)]  # fmt: skip
+    assert evaluate_main(flags) == 0
+    report = json.loads(out.read_text())
+    assert report["env"] == "KeyDoor-Hard-v0" and report["env_kwargs"] == {"walls": 0.0}
+
+
 def test_greedy_evaluation_is_reproducible(run, tmp_path):
     reports = []
     for name in ("a", "b"):
