@@ -10,8 +10,11 @@ model, so finished envs cost nothing.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Callable
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -21,6 +24,30 @@ from agents.agent import LLMAgent, View
 from agents.parser import OK
 
 _NOTED: set[str] = set()
+
+
+class StepTimeout(Exception):
+    """An env call did not return within the step timeout."""
+
+
+@contextmanager
+def deadline(seconds: float):
+    """Raise StepTimeout in the main thread if the block runs longer than `seconds` (SIGALRM).
+    A no-op at 0, off the main thread, or where the platform has no interval timer."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise StepTimeout(f"no answer within {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def note_once(message: str) -> None:
@@ -71,13 +98,61 @@ class Trajectory:
 
 
 class Collector:
-    def __init__(self, env_id: str, num_groups: int, group_size: int, env_kwargs=None):
+    """Steps many envs in lockstep. Every env call is guarded: an exception, or no answer within
+    `step_timeout` seconds, ends that episode as truncated with `env_error` set (counted in
+    rollout/env_errors), and the env is closed and made afresh; the other envs go on."""
+
+    def __init__(self, env_id: str, num_groups: int, group_size: int, env_kwargs=None, step_timeout: float = 0.0,
+                 isolate: bool = False) -> None:  # fmt: skip
         self.env_id, self.num_groups, self.group_size = env_id, num_groups, group_size
-        self.envs = [gym.make(env_id, **(env_kwargs or {})) for _ in range(num_groups * group_size)]
+        self.env_kwargs, self.step_timeout, self.isolate = dict(env_kwargs or {}), step_timeout, isolate
+        self.envs = [self._make() for _ in range(num_groups * group_size)]
+
+    def _make(self) -> gym.Env:
+        """In this process, or (isolate) in a child process that a hang or a crash cannot take down."""
+        if self.isolate:
+            from envs.isolated import IsolatedEnv
+
+            return IsolatedEnv(self.env_id, self.env_kwargs, self.step_timeout)
+        return gym.make(self.env_id, **self.env_kwargs)
+
+    @property
+    def _timer(self) -> float:
+        return 0.0 if self.isolate else self.step_timeout  # an isolated env keeps its own time
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+    def _remake(self, i: int) -> None:
+        with suppress(Exception):  # a broken env may fail to close too; it is dropped either way
+            self.envs[i].close()
+        self.envs[i] = self._make()
+
+    def reset_env(self, i: int, seed: int):
+        """reset, with one retry on a fresh env; an env that cannot even reset stops the run."""
+        try:
+            with deadline(self._timer):
+                return self.envs[i].reset(seed=seed)
+        except Exception as first:
+            note_once(f"{self.env_id}: reset failed ({type(first).__name__}: {first}); the env was made afresh")
+            self._remake(i)
+            try:
+                with deadline(self._timer):
+                    return self.envs[i].reset(seed=seed)
+            except Exception as e:
+                raise RuntimeError(f"{self.env_id}: reset(seed={seed}) failed twice: {type(e).__name__}: {e}") from e
+
+    def step_env(self, i: int, action: str, obs: str, info: dict):
+        """env.step, contained: a failure is a truncated step with info["error"]; the env is remade."""
+        try:
+            with deadline(self._timer):
+                return self.envs[i].step(action)
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}".replace("\n", " ")[:300]
+            note_once(f"{self.env_id}: env errors are contained (first: {error}); see rollout/env_errors")
+            self._remake(i)
+            return obs, 0.0, False, True, {**info, "error": error, "won": False, "action_valid": False}
 
     def collect(
         self,
@@ -98,7 +173,7 @@ class Collector:
         n = len(group)
         if n == 0:
             return []
-        obs, infos = zip(*(self.envs[i].reset(seed=seeds[group[i]]) for i in range(n)))
+        obs, infos = zip(*(self.reset_env(i, seeds[group[i]]) for i in range(n)))
         obs, infos = list(obs), list(infos)
         if "state_key" not in infos[0]:
             note_once(f"{self.env_id} gives no info['state_key']: GiGPO anchor states fall back to the observation text")
@@ -111,7 +186,7 @@ class Collector:
             still = []
             for i, act in zip(active, acts):
                 sent = act.command or act.text.strip()
-                nxt, reward, term, trunc, info = self.envs[i].step(sent)
+                nxt, reward, term, trunc, info = self.step_env(i, sent, obs[i], infos[i])
                 rows[i].append(
                     dict(
                         state_key=str(infos[i].get("state_key", obs[i])),

@@ -119,6 +119,12 @@ class Config:
     group_size_min: int = 2
     group_size_max: int = 16
     no_success_target: float = 0.1
+    env_step_timeout: float = 60.0
+    """Seconds an env call may take; a slower one (or one that raises) ends its episode as truncated,
+    counted in rollout/env_errors, and the env is made afresh (0 = no limit)."""
+    env_isolation: bool = False
+    """Run every env in a process of its own: a hang in native code or a crash costs one episode, not the
+    run (one process per env; for game interpreters such as TextWorld's)."""
     max_env_steps: int = 0
     """Stop once this many env steps were collected (0 = run all iterations): equal budgets across runs."""
     # -- rewards (rewards/, docs/rewards.md) -------------------------------------------
@@ -194,6 +200,9 @@ class Config:
     """Optimizer steps per epoch; the samples of an iteration are split evenly."""
     micro_batch_size: int = 64
     max_grad_norm: float = 1.0
+    max_bad_updates: int = 3
+    """Stop (exit 1, weights saved) after this many iterations in a row whose every optimizer step was
+    skipped for a non-finite loss or gradient; skipped steps leave weights and optimizer untouched. 0 = never."""
     warmup_steps: int = 10
     """Linear learning-rate warm-up over the first optimizer steps of RL."""
     # -- warm-up (SFT on expert demonstrations) ---------------------------------------
@@ -211,7 +220,10 @@ class Config:
     eval_every: int = 8
     """Also evaluate on the held-out episodes every N iterations (0: only after warm-up and at the end)."""
     save_every: int = 0
-    """Checkpoint every N iterations (0: only at the end)."""
+    """Checkpoint every N iterations (0: only after the warm-up and at the end); `--resume RUN_DIR`
+    continues a run from its newest complete checkpoint."""
+    keep_checkpoints: int = 0
+    """Keep only the newest N RL checkpoints (the warm-up's iter_0 stays); 0 keeps all."""
     transcripts: int = 1
     """Full episodes (prompt, response, action, reward, advantage per step) written per sampled iteration."""
     transcript_every: int = 1
@@ -406,8 +418,8 @@ def validate(cfg: Config) -> None:
     if cfg.sft_steps is not None and cfg.sft_steps < 0:
         raise ConfigError(f"sft_steps must be >= 0 (got {cfg.sft_steps})")
     for name in ("task_pool", "stale_after", "max_extra_groups", "max_env_steps", "sft_episodes",
-                 "eval_episodes", "eval_every", "save_every", "memory", "transcripts", "transcript_every", "beta",
-                 "invalid_penalty", "temperature", "entropy_coef"):  # fmt: skip
+                 "eval_episodes", "eval_every", "save_every", "keep_checkpoints", "memory", "transcripts", "transcript_every", "beta",
+                 "invalid_penalty", "temperature", "entropy_coef", "env_step_timeout", "max_bad_updates"):  # fmt: skip
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} must be >= 0 (got {getattr(cfg, name)})")
     if not 0.0 <= cfg.gamma <= 1.0:

@@ -30,14 +30,18 @@ The sampler's state (posteriors, iteration, RNG) goes into checkpoints (`state_d
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
+import torch
 
 from algos.collector import Trajectory
+from algos.run_dir import TRAINER_STATE
 
 SAMPLER_MODES = ("band", "uniform")
+DEFAULT_TASK_POOL = 256  # tasks of an env without a finite pool of its own (procedural layouts)
 PRIOR = 0.5  # Jeffreys prior Beta(1/2, 1/2): a task never measured has estimate 0.5
 BAND = (0.1, 0.9)  # "sometimes solved, sometimes not", for the metrics (data/band_fraction)
 
@@ -287,3 +291,24 @@ def _by_group(trajs: list[Trajectory]) -> list[list[Trajectory]]:
     for t in trajs:
         groups.setdefault(t.group_id, []).append(t)
     return list(groups.values())
+
+
+def data_config(cfg) -> DataConfig:
+    """The data layer's options, taken from the run's config by name."""
+    return DataConfig(**{f.name: getattr(cfg, f.name) for f in fields(DataConfig)})
+
+
+def task_sampler(cfg, env, state: dict | None = None) -> TaskSampler:
+    """The task pool (seeds 0..N-1) and the sampler over it; continues the sampler of `state` (a
+    resumed checkpoint) or of the checkpoint --model names."""
+    pool = cfg.task_pool or getattr(env.unwrapped, "num_tasks", DEFAULT_TASK_POOL)
+    sampler = TaskSampler(list(range(pool)), cfg.task_sampler, cfg.seed, cfg.sampler_decay, cfg.group_size,
+                          cfg.explore_frac, cfg.stale_after)  # fmt: skip
+    state_file = os.path.join(os.path.expanduser(cfg.model), TRAINER_STATE)
+    if state is None and os.path.exists(state_file):
+        state = torch.load(state_file, weights_only=True)
+    if state is not None:
+        same_tasks = state.get("config", {}).get("env") == cfg.env and state.get("sampler_pool") == pool
+        if "sampler" in state and same_tasks:
+            sampler.load_state_dict(state["sampler"])
+    return sampler

@@ -85,10 +85,11 @@ def summarize(trajs: list[Trajectory], samples: int = 1) -> dict:
 
 
 def play(agent, env_id: str, env_kwargs: dict, seeds: list[int], samples: int = 1, max_envs: int = 256,
-         desc: str = "evaluation", leave: bool = True) -> list[Trajectory]:  # fmt: skip
+         desc: str = "evaluation", leave: bool = True, step_timeout: float = 0.0, isolate: bool = False,
+         ) -> list[Trajectory]:  # fmt: skip
     """Every task `samples` times, in batches of at most max_envs envs, with a progress bar."""
     per_batch = max(1, max_envs // samples)
-    collector = Collector(env_id, num_groups=min(per_batch, len(seeds)), group_size=samples, env_kwargs=env_kwargs)
+    collector = Collector(env_id, min(per_batch, len(seeds)), samples, env_kwargs, step_timeout, isolate)
     trajs = []
     with tqdm(total=len(seeds) * samples, desc=desc, unit="ep", file=sys.stderr, leave=leave, dynamic_ncols=True) as bar:
         for start in range(0, len(seeds), per_batch):

@@ -24,8 +24,17 @@ import yaml
 TRAINER_STATE = "trainer_state.pt"  # marks a checkpoint written by this trainer
 
 
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class RunDir:
-    def __init__(self, path: str | Path, config) -> None:
+    def __init__(self, path: str | Path, config, purge_step: int | None = None) -> None:
+        """`purge_step`: resuming at this iteration; TensorBoard drops the dead run's later events."""
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         resolved = dataclasses.asdict(config)
@@ -33,7 +42,7 @@ class RunDir:
             yaml.safe_dump(resolved, f, sort_keys=False)
         from torch.utils.tensorboard import SummaryWriter
 
-        self.tb = SummaryWriter(log_dir=str(self.path))
+        self.tb = SummaryWriter(log_dir=str(self.path), purge_step=purge_step)
         table = "\n".join(f"|{k}|{v}|" for k, v in resolved.items())
         self.tb.add_text("hyperparameters", f"|option|value|\n|-|-|\n{table}")
         self._metrics = open(self.path / "metrics.jsonl", "a")  # noqa: SIM115 (closed in close())
@@ -61,16 +70,20 @@ class RunDir:
         self.tb.add_text("transcripts", markdown, iteration)
 
     def save_checkpoint(self, iteration: int, model, tokenizer, trainer_state: dict) -> Path:
-        """Write into a temp folder, then rename: a crash never leaves half a checkpoint."""
+        """Write into a temp folder, fsync, then rename: a crash never leaves half a checkpoint."""
         final = self.path / "checkpoints" / f"iter_{iteration}"
         tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{time.time_ns()}")
         tmp.mkdir(parents=True)
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         torch.save(trainer_state, tmp / TRAINER_STATE)
+        for f in tmp.iterdir():  # on disk before the rename makes the checkpoint visible
+            _fsync(f)
+        _fsync(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
+        _fsync(final.parent)
         return final
 
     def close(self) -> None:

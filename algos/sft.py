@@ -17,22 +17,24 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-import envs  # noqa: F401  (registers the built-in ids)
 from agents.agent import LLMAgent, View
+from algos.collector import Collector, note_once
 from algos.config import ConfigError, env_kwargs
 from algos.learner import Learner, Sample
 from envs.base import HELD_OUT_SEED
 
 
 def expert_demos(
-    agent: LLMAgent, env_id: str, seeds: list[int], noise: float, rng: random.Random, env_kwargs: dict | None = None
+    agent: LLMAgent, env_id: str, seeds: list[int], noise: float, rng: random.Random, env_kwargs: dict | None = None,
+    step_timeout: float = 0.0, isolate: bool = False,
 ):
-    """(prompt ids, target ids) for every step of expert-labelled episodes."""
+    """(prompt ids, target ids) for every step of expert-labelled episodes. The env runs behind the
+    collector's guards: a step that fails or hangs ends that demonstration, not the warm-up."""
     tok = agent.tokenizer
-    env = gym.make(env_id, **(env_kwargs or {}))
+    guarded = Collector(env_id, 1, 1, env_kwargs, step_timeout, isolate)
     demos: list[Sample] = []
     for seed in seeds:
-        obs, info = env.reset(seed=seed)
+        obs, info = guarded.reset_env(0, seed)
         history: list[tuple[str, str]] = []
         while info.get("expert_action") is not None:
             label = info["expert_action"]
@@ -43,10 +45,10 @@ def expert_demos(
             demos.append(Sample(agent.prompt_ids(view), target, 0.0, [0.0] * len(target)))
             action = rng.choice(adm) if adm and rng.random() < noise else label
             history.append((obs, action))
-            obs, _, term, trunc, info = env.step(action)
+            obs, _, term, trunc, info = guarded.step_env(0, action, obs, info)
             if term or trunc:
                 break
-    env.close()
+    guarded.close()
     if not demos:
         raise ConfigError(f"{env_id} gives no info['expert_action']; pass --sft-steps 0 to train without warm-up")
     return demos
@@ -56,7 +58,8 @@ def warm_up_from_config(cfg, agent: LLMAgent, model, learner_cfg) -> tuple[list[
     """The trainer's warm-up as `cfg` sets it: demonstrations from cfg.sft_episodes start states
     (never held-out ones), then cfg.sft_steps supervised steps. Returns (demos, losses)."""
     seeds = [int(s) for s in np.random.default_rng(cfg.seed).integers(0, HELD_OUT_SEED, cfg.sft_episodes)]
-    demos = expert_demos(agent, cfg.env, seeds, cfg.sft_noise, random.Random(cfg.seed), env_kwargs(cfg))
+    demos = expert_demos(agent, cfg.env, seeds, cfg.sft_noise, random.Random(cfg.seed), env_kwargs(cfg),
+                         cfg.env_step_timeout, cfg.env_isolation)  # fmt: skip
     sft = Learner(model, replace(learner_cfg, lr=cfg.sft_lr), agent.tokenizer.pad_token_id, seed=cfg.seed)
     return demos, warm_up(sft, demos, cfg.sft_steps, cfg.sft_batch_size, cfg.seed)
 
@@ -70,3 +73,14 @@ def warm_up(learner: Learner, demos: list[Sample], steps: int, batch_size: int, 
         losses.append(loss)
         bar.set_postfix(loss=f"{loss:.3f}")
     return losses
+
+
+def has_expert(cfg) -> bool:
+    """Whether the env gives expert actions to warm up on (one reset)."""
+    env = gym.make(cfg.env, **env_kwargs(cfg))
+    _, info = env.reset(seed=cfg.seed)
+    env.close()
+    if info.get("expert_action") is None:
+        note_once(f"{cfg.env} gives no info['expert_action']: no SFT warm-up, RL starts from the model as it is")
+        return False
+    return True

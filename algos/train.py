@@ -15,8 +15,11 @@ Generation runs through the HF backend (the reference) or, with `--backend vllm`
 in-process vLLM engine that gets the new weights after every update and is checked against
 the trainer on a probe batch (algos/weight_sync.py).
 
-Deliberately left out here: distributed training and resume (see the docs for the
-roadmap); the loop is written so that each can slot in as its own room.
+`--resume RUN_DIR` continues a run from its newest complete checkpoint, exactly (algos/
+checkpoint.py). Every env call is guarded (a failure or a hang ends that episode, counted in
+rollout/env_errors; `--env-isolation` runs each env in its own process), and updates with a
+non-finite loss or gradient are skipped, weights untouched (`--max-bad-updates` in a row stop
+the run). Deliberately left out here: distributed training (one process, one device).
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict, fields
+from dataclasses import fields, replace
+from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import torch
 from tqdm import tqdm
@@ -36,6 +39,7 @@ from agents.agent import LLMAgent
 from agents.backend import HFBackend, Sampling
 from agents.model import load_model, load_tokenizer, resolve_model
 from agents.prompt import PromptBuilder
+from algos import checkpoint
 from algos.advantages import (
     anchor_group_sizes,
     gigpo_advantages,
@@ -43,20 +47,19 @@ from algos.advantages import (
     rloo_advantages,
     similarity_keys,
 )
-from algos.collector import Collector, Step, note_once
+from algos.collector import Collector, Step
 from algos.config import Config, ConfigError, env_kwargs, parse_config, rollout_is_level, validate
-from algos.data import DataConfig, DataLayer, TaskSampler
+from algos.data import DataLayer, data_config, task_sampler
 from algos.evaluation import held_out_seeds, play, summarize
 from algos.learner import Learner, LearnerConfig, Sample
 from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
 from algos.run_dir import TRAINER_STATE, RunDir
 from algos.scoring import audit_hook, rescore, reward_layer
-from algos.sft import warm_up_from_config
-from algos.weight_sync import SyncError, check_gap, logprob_gap, probe_prompts, tolerance_for
+from algos.sft import has_expert, warm_up_from_config
+from algos.weight_sync import SyncError, probe_prompts, sync_backend
 from envs import prompt_template
 
 DEFAULT_SFT_STEPS = 90
-DEFAULT_TASK_POOL = 256  # tasks of an env without a finite pool of its own (procedural layouts)
 
 
 def compute_advantages(cfg: Config, steps: list[Step]) -> tuple[np.ndarray, dict]:
@@ -89,7 +92,8 @@ def compute_advantages(cfg: Config, steps: list[Step]) -> tuple[np.ndarray, dict
 
 def evaluate(agent: LLMAgent, cfg: Config, episodes: int) -> dict[str, float]:
     """Held-out episodes, one per task, sampled at the training temperature (algos/evaluation.py)."""
-    trajs = play(agent, cfg.env, env_kwargs(cfg), held_out_seeds(episodes), max_envs=episodes, leave=False)
+    trajs = play(agent, cfg.env, env_kwargs(cfg), held_out_seeds(episodes), max_envs=episodes, leave=False,
+                 step_timeout=cfg.env_step_timeout, isolate=cfg.env_isolation)  # fmt: skip
     m = summarize(trajs)
     return {"eval/success_rate": m["success_rate"], "eval/episode_length": m["mean_steps"]}
 
@@ -136,64 +140,73 @@ def engine_config(cfg: Config):
     )
 
 
-def sync_backend(agent: LLMAgent, model, cfg: Config, run: RunDir, it: int, probe: list[list[int]], check: bool):
-    """Push the new weights to the generation engine; on a check, prove it serves them."""
-    agent.backend.sync(model)
-    if not (check and probe and cfg.backend != "hf"):  # the HF backend samples from the model itself
-        return
-    stats = logprob_gap(
-        agent.backend, model, probe, agent.sampling, cfg.temperature or 1.0, agent.tokenizer.pad_token_id
-    )
-    run.log(it, stats)
-    try:
-        check_gap(stats, tolerance_for(cfg.dtype, cfg.sync_tolerance), f"iteration {it}")
-    except SyncError:
-        path = save(run, it, model, agent.tokenizer, None, cfg)
-        print(f"the trainer's weights are saved in {path}", file=sys.stderr)
-        raise
-
-
-def train(cfg: Config) -> RunDir:
+def train(cfg: Config, resume: Path | None = None) -> RunDir:
+    """One run; `resume`: a run directory to continue from its newest complete checkpoint."""
     if not cfg.output_dir:
         cfg.output_dir = f"runs/{cfg.env.split(':')[-1]}-{cfg.algo}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     if cfg.sft_steps is None:  # a checkpoint of this trainer is already warmed up; no expert, no warm-up
         warmed = os.path.exists(os.path.join(os.path.expanduser(cfg.model), TRAINER_STATE))
         cfg.sft_steps = 0 if warmed or not has_expert(cfg) else DEFAULT_SFT_STEPS
-    model, tokenizer, agent, learner_cfg = build(cfg)
-    run = RunDir(cfg.output_dir, cfg)
+    ckpt, state = checkpoint.resume_point(resume)
+    start = state["iteration"] if state else 0
+    model, tokenizer, agent, learner_cfg = build(replace(cfg, model=str(ckpt)) if ckpt else cfg)
+    run = RunDir(cfg.output_dir, cfg, purge_step=start + 1 if ckpt else None)
     print(f"run directory: {run.path}  (tensorboard --logdir {run.path})", file=sys.stderr)
 
     # ---- warm-up: SFT on expert demonstrations -------------------------------------
-    if cfg.sft_steps > 0:
+    held_out = None  # the latest held-out success rate, shown on the progress bar
+    if ckpt:
+        held_out = state.get("loop", {}).get("held_out")
+        print(f"resuming after iteration {start} from {ckpt}", file=sys.stderr)
+    elif cfg.sft_steps > 0:
         demos, losses = warm_up_from_config(cfg, agent, model, learner_cfg)
         run.log(0, {"sft/loss": float(np.mean(losses[-10:])), "sft/demos": len(demos)})
         probe = probe_prompts([d.prompt_ids for d in demos], cfg.sync_probe_size)
         sync_backend(agent, model, cfg, run, 0, probe, check=cfg.sync_check_every > 0)
-        save(run, 0, model, tokenizer, None, cfg)  # the warmed-up model: a baseline, and a start that skips SFT
-    held_out = None  # the latest held-out success rate, shown on the progress bar
-    if cfg.eval_episodes:
+    if cfg.eval_episodes and not ckpt:
         warm = evaluate(agent, cfg, cfg.eval_episodes)
         run.log(0, warm)
         held_out = warm["eval/success_rate"]
         print(f"success after warm-up: {warm['eval/success_rate']:.1%}", file=sys.stderr)
+    if cfg.sft_steps > 0 and not ckpt:  # the warmed-up model: a baseline, and a start that skips SFT
+        checkpoint.save(run, 0, model, tokenizer, None, cfg, agent=agent, loop={"held_out": held_out})
 
     # ---- RL -------------------------------------------------------------------------
     ref = None
-    if cfg.beta > 0:  # the frozen reference is the policy RL starts from
-        ref = load_model(resolve_model(cfg.model), model.device, model.dtype, cfg.trust_remote_code)
-        ref.load_state_dict(model.state_dict())
+    if cfg.beta > 0:  # the frozen reference is the policy RL started from
+        warm_ckpt = run.path / "checkpoints" / "iter_0"
+        source = warm_ckpt if ckpt and warm_ckpt.exists() else resolve_model(cfg.model)
+        ref = load_model(str(source), model.device, model.dtype, cfg.trust_remote_code)
+        if not ckpt:
+            ref.load_state_dict(model.state_dict())
         ref.eval().requires_grad_(False)
     learner = Learner(model, learner_cfg, tokenizer.pad_token_id, ref_model=ref, seed=cfg.seed)
-    collector = Collector(cfg.env, cfg.num_groups, cfg.group_size, env_kwargs(cfg))
-    data = DataLayer(data_config(cfg), task_sampler(cfg, collector.envs[0]))
+    collector = Collector(cfg.env, cfg.num_groups, cfg.group_size, env_kwargs(cfg), cfg.env_step_timeout,
+                          cfg.env_isolation)  # fmt: skip
+    data = DataLayer(data_config(cfg), task_sampler(cfg, collector.envs[0], state))
     rewards = reward_layer(cfg, str(model.device))  # --reward: what a step earns
     audit = audit_hook(cfg, rewards, run.path / "reward_audit.json")
+    loop = (state or {}).get("loop", {})
+    env_steps, bad_updates = loop.get("env_steps", 0), loop.get("bad_updates", 0)
+    if state:  # put back everything that decides what happens next, RNGs last
+        if "optimizer" in state:
+            learner.optimizer.load_state_dict(state["optimizer"])
+            learner.scheduler.load_state_dict(state["scheduler"])
+        data.next_group_id, data.next_traj_id = loop.get("next_group_id", 0), loop.get("next_traj_id", 0)
+        if audit:
+            audit.history = checkpoint.audit_history(run.path, start)
+        checkpoint.restore_rng(state["rng"], agent.backend, learner if "optimizer" in state else None)
 
     def collect(seeds: list[int], sizes: list[int], first_group_id: int, first_traj_id: int):
         return rescore(rewards, collector.collect(agent, seeds, first_traj_id, sizes, first_group_id))
 
-    env_steps, last = 0, cfg.iterations
-    bar = tqdm(range(1, cfg.iterations + 1), desc=f"{cfg.algo} {cfg.env}", dynamic_ncols=True)
+    def loop_state() -> dict:
+        return {"env_steps": env_steps, "bad_updates": bad_updates, "held_out": held_out,
+                "next_group_id": data.next_group_id, "next_traj_id": data.next_traj_id}  # fmt: skip
+
+    last = cfg.iterations
+    bar = tqdm(range(start + 1, cfg.iterations + 1), desc=f"{cfg.algo} {cfg.env}", initial=start,
+               total=cfg.iterations, dynamic_ncols=True)  # fmt: skip
     for it in bar:
         t0 = time.perf_counter()
         trajs, collected, data_stats = data.next_batch(collect)
@@ -207,6 +220,11 @@ def train(cfg: Config) -> RunDir:
             samples = [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs) for s, a in zip(steps, adv)]
             agent.backend.release()  # GPU vLLM sleep mode: the update gets the KV cache's memory
             train_stats = learner.update(samples)
+            bad_updates = bad_updates + 1 if train_stats.get("train/skipped_frac") == 1.0 else 0
+            if cfg.max_bad_updates and bad_updates >= cfg.max_bad_updates:  # skipped steps left the weights good
+                path = checkpoint.save(run, it, model, tokenizer, learner, cfg, data.sampler, agent, loop_state())
+                raise NumericError(f"{bad_updates} updates in a row had a non-finite loss or gradient and were "
+                                   f"skipped; the last good weights are saved in {path}")  # fmt: skip
             t_train = time.perf_counter() - t1
             check = cfg.sync_check_every > 0 and it % cfg.sync_check_every == 0
             sync_backend(agent, model, cfg, run, it, probe_prompts([s.prompt_ids for s in steps], cfg.sync_probe_size),
@@ -243,7 +261,7 @@ def train(cfg: Config) -> RunDir:
             run.log(it, result)
             held_out = result["eval/success_rate"]
         if cfg.save_every and it % cfg.save_every == 0 and it < cfg.iterations:
-            save(run, it, model, tokenizer, learner, cfg, data.sampler)
+            checkpoint.save(run, it, model, tokenizer, learner, cfg, data.sampler, agent, loop_state())
     collector.close()
 
     # ---- final evaluation and checkpoint --------------------------------------------
@@ -251,48 +269,14 @@ def train(cfg: Config) -> RunDir:
         final = evaluate(agent, cfg, cfg.eval_episodes)
         run.log(last, final)
         print(f"success after RL: {final['eval/success_rate']:.1%}", file=sys.stderr)
-    path = save(run, last, model, tokenizer, learner, cfg, data.sampler)
+    path = checkpoint.save(run, last, model, tokenizer, learner, cfg, data.sampler, agent, loop_state())
     print(f"checkpoint: {path}", file=sys.stderr)
     run.close()
     return run
 
 
-def has_expert(cfg: Config) -> bool:
-    """Whether the env gives expert actions to warm up on (one reset)."""
-    env = gym.make(cfg.env, **env_kwargs(cfg))
-    _, info = env.reset(seed=cfg.seed)
-    env.close()
-    if info.get("expert_action") is None:
-        note_once(f"{cfg.env} gives no info['expert_action']: no SFT warm-up, RL starts from the model as it is")
-        return False
-    return True
-
-
-def data_config(cfg: Config) -> DataConfig:
-    return DataConfig(**{f.name: getattr(cfg, f.name) for f in fields(DataConfig)})
-
-
-def task_sampler(cfg: Config, env) -> TaskSampler:
-    """The task pool (seeds 0..N-1) and the sampler over it; continues a checkpoint's sampler."""
-    pool = cfg.task_pool or getattr(env.unwrapped, "num_tasks", DEFAULT_TASK_POOL)
-    sampler = TaskSampler(list(range(pool)), cfg.task_sampler, cfg.seed, cfg.sampler_decay, cfg.group_size,
-                          cfg.explore_frac, cfg.stale_after)  # fmt: skip
-    state_file = os.path.join(os.path.expanduser(cfg.model), TRAINER_STATE)
-    if os.path.exists(state_file):
-        state = torch.load(state_file, weights_only=True)
-        same_tasks = state.get("config", {}).get("env") == cfg.env and state.get("sampler_pool") == pool
-        if "sampler" in state and same_tasks:
-            sampler.load_state_dict(state["sampler"])
-    return sampler
-
-
-def save(run: RunDir, it: int, model, tokenizer, learner: Learner | None, cfg: Config, sampler=None):
-    state = {"iteration": it, "config": asdict(cfg)}
-    if learner is not None:
-        state["optimizer"] = learner.optimizer.state_dict()
-    if sampler is not None:
-        state["sampler"], state["sampler_pool"] = sampler.state_dict(), len(sampler.tasks)
-    return run.save_checkpoint(it, model, tokenizer, state)
+class NumericError(RuntimeError):
+    """Training cannot go on: every recent update had a non-finite loss or gradient."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,13 +290,20 @@ def main(argv: list[str] | None = None) -> int:
         env = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--env"), "")
         return list_envs(["--import", env.split(":")[0]] if ":" in env else [])
     try:
+        resume = None
+        if "--resume" in argv:  # the run's own resolved config, then any flags given (e.g. more --iterations)
+            i = argv.index("--resume")
+            if i + 1 >= len(argv) or not (Path(argv[i + 1]) / "config.yaml").is_file():
+                raise ConfigError("--resume needs a run directory with a config.yaml (the --output-dir of a run)")
+            resume = Path(argv[i + 1])
+            argv = ["--config", str(resume / "config.yaml"), *argv[:i], *argv[i + 2 :], "--output-dir", str(resume)]
         cfg = parse_config(argv)
         validate(cfg)  # before anything heavy loads
-        train(cfg)  # may still find a mistake once the env is loaded (e.g. no expert)
+        train(cfg, resume)  # may still find a mistake once the env is loaded (e.g. no expert)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except SyncError as e:
+    except (SyncError, NumericError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

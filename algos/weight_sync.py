@@ -11,6 +11,7 @@ Above it, training stops with a clear message instead of training on a stale pol
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 
 import torch
@@ -69,3 +70,22 @@ def check_gap(stats: dict[str, float], tolerance: float, when: str) -> None:
             "parameter name of the model loads into the engine, or raise --sync-tolerance if a "
             "low-precision dtype explains the gap."
         )
+
+
+def sync_backend(agent, model, cfg, run, it: int, probe: list[list[int]], check: bool):
+    """Push the new weights to the generation engine; on a check, prove it serves them."""
+    agent.backend.sync(model)
+    if not (check and probe and cfg.backend != "hf"):  # the HF backend samples from the model itself
+        return
+    stats = logprob_gap(
+        agent.backend, model, probe, agent.sampling, cfg.temperature or 1.0, agent.tokenizer.pad_token_id
+    )
+    run.log(it, stats)
+    try:
+        check_gap(stats, tolerance_for(cfg.dtype, cfg.sync_tolerance), f"iteration {it}")
+    except SyncError:
+        from algos.checkpoint import save  # the checkpoint module builds on this one's neighbours
+
+        path = save(run, it, model, agent.tokenizer, None, cfg)
+        print(f"the trainer's weights are saved in {path}", file=sys.stderr)
+        raise

@@ -114,14 +114,16 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     mode = "greedy" if cfg.temperature == 0 else f"T={cfg.temperature:g}"
     report = {"checkpoint": str(path), "env": cfg.env, "env_kwargs": env_kw, "episodes": args.episodes,
               "samples": args.samples, "seed": args.seed, "decoding": mode, "policies": {}}  # fmt: skip
-    episodes = {"model": play(agent, cfg.env, env_kw, seeds, args.samples, args.max_envs, "model")}
+    episodes = {"model": play(agent, cfg.env, env_kw, seeds, args.samples, args.max_envs, "model",
+                              step_timeout=cfg.env_step_timeout, isolate=cfg.env_isolation)}
     report["policies"]["model"] = summarize(episodes["model"], args.samples)
     for name in args.baselines:
         if name in ("warm", "base"):  # another model, played exactly like the checkpoint
             policy = build(replace(cfg, model=str(warm) if name == "warm" else base_model, backend="hf"))[2]
         else:
             policy = ScriptedAgent(name, args.seed)
-        trajs = play(policy, cfg.env, env_kw, seeds, args.samples, args.max_envs, name)
+        trajs = play(policy, cfg.env, env_kw, seeds, args.samples, args.max_envs, name,
+                     step_timeout=cfg.env_step_timeout, isolate=cfg.env_isolation)
         if name == "expert" and not any(s.action for t in trajs for s in t.steps):
             report["policies"][name] = {"skipped": f"{cfg.env} gives no expert_action"}
             continue
