@@ -63,14 +63,8 @@ class HFBackend:
         return ids, logps
 
     def _generate_batch(self, prompts: list[list[int]], sampling: Sampling):
-        batch, width = len(prompts), max(len(p) for p in prompts)
-        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((batch, width), dtype=torch.long)
-        for row, p in enumerate(prompts):  # left padding: every prompt ends at column -1
-            input_ids[row, width - len(p) :] = torch.tensor(p)
-            mask[row, width - len(p) :] = 1
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        batch = len(prompts)
+        input_ids, mask, positions = left_pad(prompts, self.pad_id, self.device)
         eos = self.eos_ids.to(self.device)
         done = torch.zeros(batch, dtype=torch.bool, device=self.device)
         tokens, logprobs = [], []
@@ -104,6 +98,19 @@ class HFBackend:
             out_ids.append(tok[row][:n])
             out_lp.append(lp[row][:n])
         return out_ids, out_lp
+
+
+def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, attention mask, position ids) [B, T], left-padded so every prompt ends at column -1;
+    positions count real tokens from 0, so padding never shifts them."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p) :] = torch.tensor(p)
+        mask[row, width - len(p) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
 def sample(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

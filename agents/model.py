@@ -46,6 +46,11 @@ def is_local_path(name: str) -> bool:
     return os.path.exists(name) or name.startswith(("/", ".", "~")) or name.count("/") > 1
 
 
+def model_missing(name: str) -> bool:
+    """A local model path that does not exist (hub ids and `tiny` are not checked here)."""
+    return name != TINY and is_local_path(name) and not os.path.exists(os.path.expanduser(name))
+
+
 def resolve_model(name: str) -> str:
     """`tiny` -> the cached tiny model (built on first use); anything else unchanged."""
     if name != TINY:

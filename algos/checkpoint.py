@@ -77,11 +77,6 @@ def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def latest(run_dir: Path) -> Path | None:
-    found = checkpoints(run_dir)
-    return found[-1][1] if found else None
-
-
 def remove_partial(run_dir: Path) -> list[Path]:
     """Folders of writes that never completed (the process died before the rename)."""
     stray = list((Path(run_dir) / "checkpoints").glob(".iter_*.tmp-*"))
@@ -145,9 +140,10 @@ def resume_point(run_dir: Path | None) -> tuple[Path | None, dict | None]:
         return None, None
     for stray in remove_partial(run_dir):
         print(f"removed an unfinished checkpoint write: {stray}", file=sys.stderr)
-    ckpt = latest(run_dir)
-    if ckpt is None:
+    found = checkpoints(run_dir)
+    if not found:
         raise ConfigError(f"--resume {run_dir}: no complete checkpoint in {run_dir}/checkpoints "
                           "(runs save one after the warm-up and every --save-every N iterations)")  # fmt: skip
-    truncate_logs(run_dir, int(ckpt.name[5:]))
+    iteration, ckpt = found[-1]
+    truncate_logs(run_dir, iteration)
     return ckpt, torch.load(ckpt / TRAINER_STATE, weights_only=True)

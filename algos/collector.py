@@ -131,17 +131,15 @@ class Collector:
 
     def reset_env(self, i: int, seed: int):
         """reset, with one retry on a fresh env; an env that cannot even reset stops the run."""
-        try:
-            with deadline(self._timer):
-                return self.envs[i].reset(seed=seed)
-        except Exception as first:
-            note_once(f"{self.env_id}: reset failed ({type(first).__name__}: {first}); the env was made afresh")
-            self._remake(i)
+        for attempt in (1, 2):
             try:
                 with deadline(self._timer):
                     return self.envs[i].reset(seed=seed)
             except Exception as e:
-                raise RuntimeError(f"{self.env_id}: reset(seed={seed}) failed twice: {type(e).__name__}: {e}") from e
+                if attempt == 2:
+                    raise RuntimeError(f"{self.env_id}: reset(seed={seed}) failed twice: {type(e).__name__}: {e}") from e
+                note_once(f"{self.env_id}: reset failed ({type(e).__name__}: {e}); the env was made afresh")
+                self._remake(i)
 
     def step_env(self, i: int, action: str, obs: str, info: dict):
         """env.step, contained: a failure is a truncated step with info["error"]; the env is remade."""

@@ -252,12 +252,28 @@ def load_preset(path: str) -> dict:
 
 def env_kwargs(cfg: Config) -> dict:
     """cfg.env_kwargs with each value read as YAML (CLI values arrive as strings)."""
+    return read_yaml_values(cfg.env_kwargs)
+
+
+def read_yaml_values(values: dict) -> dict:
+    """Each string value read as YAML (10 -> int, true -> bool, [a, b] -> list); unreadable ones stay strings."""
     out = {}
-    for key, value in cfg.env_kwargs.items():
+    for key, value in values.items():
         try:
             out[key] = yaml.safe_load(value) if isinstance(value, str) else value
         except yaml.YAMLError:
             out[key] = value
+    return out
+
+
+def key_value_pairs(pairs: list[str]) -> dict[str, str]:
+    """The scripts' `--env-kwargs KEY=VALUE ...` as {KEY: VALUE}. Raises ConfigError."""
+    out = {}
+    for kv in pairs:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            raise ConfigError(f"--env-kwargs takes KEY=VALUE (got {kv!r})")
+        out[key] = value
     return out
 
 
@@ -375,7 +391,7 @@ def _cuda_available() -> bool:
 
 def validate(cfg: Config) -> None:
     """Checks before the model loads (the env is made once). Raises ConfigError."""
-    from agents.model import TINY, is_local_path
+    from agents.model import model_missing
     from agents.prompt import TEMPLATES
 
     check_choice("algo", cfg.algo, ALGOS)
@@ -440,7 +456,7 @@ def validate(cfg: Config) -> None:
     elif cfg.device not in ("auto", "cpu"):
         raise ConfigError(f"unknown device {cfg.device!r}; use auto, cpu or cuda[:N]")
     check_backend(cfg)
-    if cfg.model != TINY and is_local_path(cfg.model) and not os.path.exists(os.path.expanduser(cfg.model)):
+    if model_missing(cfg.model):
         raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, or tiny")
     check_env_id(cfg.env)
     check_env_make(cfg)

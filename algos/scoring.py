@@ -16,15 +16,14 @@ from dataclasses import replace
 
 import gymnasium as gym
 
-from agents.model import TINY, is_local_path
 from agents.parser import parse_action
 from algos.collector import Step, Trajectory
 from algos.config import ConfigError, check_choice, env_kwargs
 from envs import env_metadata
 from rewards.audit import audit_scalars, env_honeypots, jsonable, length_report, run_audit
 from rewards.base import RewardItem
-from rewards.judge import JUDGE_MODES, load_prompt
-from rewards.layer import NEEDS_ANSWER, RewardLayer, RewardOptions, build_scorer, parse_spec
+from rewards.judge import JUDGE_MODES
+from rewards.layer import NEEDS_ANSWER, RewardLayer, RewardOptions, build_scorer, judge_options, parse_spec
 
 
 def reward_item(step: Step, task: str) -> RewardItem:
@@ -51,10 +50,14 @@ def rescore(layer: RewardLayer, trajs: list[Trajectory]) -> list[Trajectory]:
     return [replace(t, steps=[replace(s, reward=r) for s, r in zip(t.steps, rs)]) for t, rs in zip(trajs, rewards)]
 
 
+def reward_options(cfg, device: str = "cpu") -> RewardOptions:
+    return RewardOptions(cfg.reward_tolerance, cfg.reward_regex, cfg.rubric, cfg.judge_model, cfg.judge_prompt,
+                         cfg.judge_mode, cfg.judge_batch_size, device)  # fmt: skip
+
+
 def reward_layer(cfg, device: str) -> RewardLayer:
     """The run's reward sources (`--reward`), built once the config is validated."""
-    opts = RewardOptions(cfg.reward_tolerance, cfg.reward_regex, cfg.rubric, cfg.judge_model, cfg.judge_prompt,
-                         cfg.judge_mode, cfg.judge_batch_size, device)  # fmt: skip
+    opts = reward_options(cfg, device)
     env_rubric = env_metadata(cfg.env).get("rubric")
     sources = [(build_scorer(name, opts, env_rubric), weight) for name, weight in parse_spec(cfg.reward)]
     return RewardLayer(sources, cfg.pass_threshold)
@@ -67,7 +70,7 @@ class AuditHook:
 
     def __init__(self, layer: RewardLayer, cfg, path: str | os.PathLike) -> None:
         self.layer, self.cfg, self.path, self.history = layer, cfg, path, []
-        self.honeypots(0)  # fails now, not mid-run, for an env without info["answer"]
+        self._first = self.honeypots(0)  # made now: an env without info["answer"] fails here, not mid-run
 
     def honeypots(self, k: int):
         """The k-th audit's honeypots: fresh problems every audit, the same ones for a given seed."""
@@ -75,7 +78,8 @@ class AuditHook:
 
     def __call__(self, it: int, trajs: list[Trajectory]) -> dict[str, float]:
         real = answer_items(trajs)
-        honeypots = self.honeypots(len(self.history))
+        k = len(self.history)  # fresh problems each audit (a resumed run continues the count)
+        honeypots = self._first if k == 0 else self.honeypots(k)
         report = run_audit(self.layer.scorers, honeypots, real, self.cfg.pass_threshold,
                            self.cfg.probe_threshold, seed=self.cfg.seed + it)  # fmt: skip
         report["length"] = length_report(real, [t.episode_return for t in trajs if t.steps], self.cfg.pass_threshold)
@@ -111,22 +115,13 @@ def check_reward(cfg) -> None:
         raise ConfigError("need judge_batch_size >= 1, audit_honeypots >= 2, audit_every >= 0, reward_tolerance >= 0")
     if not 0.0 < cfg.probe_threshold <= 1.0:
         raise ConfigError(f"probe_threshold must be in (0, 1] (got {cfg.probe_threshold})")
-    opts = RewardOptions(cfg.reward_tolerance, cfg.reward_regex, cfg.rubric)
-    env_rubric = env_metadata(cfg.env).get("rubric")
+    opts, env_rubric = reward_options(cfg), env_metadata(cfg.env).get("rubric")
     try:
         for name in names:
-            if name != "judge":
-                build_scorer(name, opts, env_rubric)  # cheap for every source but the judge
-                continue
-            if not cfg.judge_model:
-                raise ValueError("--reward judge needs --judge-model (a local folder, a hub id, or tiny)")
-            local = cfg.judge_model != TINY and is_local_path(cfg.judge_model)
-            if local and not os.path.exists(os.path.expanduser(cfg.judge_model)):
-                raise ValueError(f"judge model path {cfg.judge_model!r} does not exist")
-            if cfg.judge_prompt:
-                load_prompt(cfg.judge_prompt)
-            if cfg.rubric or env_rubric:  # the judge is shown the rubric's criteria
-                build_scorer("rubric", opts, env_rubric)
+            if name == "judge":  # its files and settings; the model itself loads with the run
+                judge_options(opts, env_rubric)
+            else:
+                build_scorer(name, opts, env_rubric)  # cheap for every other source
     except (ValueError, OSError) as e:  # RubricError and re.error are ValueErrors
         raise ConfigError(str(e).replace("\n", " ")) from None
     uses_answer = any(n in NEEDS_ANSWER or n == "judge" for n in names)

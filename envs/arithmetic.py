@@ -53,13 +53,14 @@ class ArithmeticEnv(TextEnv):
     # -- problems --------------------------------------------------------------------
     def _reset_state(self) -> None:
         make = self._word if self.word_problems else self._expression
-        self.question, self.answer, self.task_type = make(self.np_random)
+        self.question, self.answer, self.task_type = make()
 
-    def _expression(self, rng) -> tuple[str, int, str]:
-        def n(lo: int, hi: int) -> int:
-            return int(rng.integers(lo, hi + 1))
+    def _between(self, lo: int, hi: int) -> int:
+        """A uniform integer in [lo, hi] from the reset seed's generator."""
+        return int(self.np_random.integers(lo, hi + 1))
 
-        level = self.level
+    def _expression(self) -> tuple[str, int, str]:
+        rng, n, level = self.np_random, self._between, self.level
         if level == 1:
             a, b = n(0, 9), n(0, 9)
             return f"What is {a} + {b}?", a + b, "add"
@@ -80,10 +81,8 @@ class ArithmeticEnv(TextEnv):
         a, b, c, d = n(1, 12), n(1, 12), n(2, 9), n(0, 20)
         return f"What is ({a} + {b}) * {c} - {d}?", (a + b) * c - d, "mixed"
 
-    def _word(self, rng) -> tuple[str, int, str]:
-        def n(lo: int, hi: int) -> int:
-            return int(rng.integers(lo, hi + 1))
-
+    def _word(self) -> tuple[str, int, str]:
+        n = self._between
         name, item = NAMES[n(0, len(NAMES) - 1)], ITEMS[n(0, len(ITEMS) - 1)]
         kinds = {1: ("add",), 2: ("add", "sub"), 3: ("mul", "two-step")}[self.level]
         kind = kinds[n(0, len(kinds) - 1)]

@@ -45,8 +45,8 @@ def text_env_ids(packages: list[str] = ()) -> list[str]:
         module = entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
         return module.split(".")[0]
 
-    theirs = sorted(i for i, spec in gym.registry.items() if owner(spec) in roots and i not in builtin_ids())
-    return list(builtin_ids()) + theirs
+    builtin = builtin_ids()
+    return list(builtin) + sorted(i for i, spec in gym.registry.items() if owner(spec) in roots and i not in builtin)
 
 
 def creator(env_id: str):
@@ -83,8 +83,9 @@ def knobs(env_id: str) -> str:
 
 
 def description(env_id: str) -> str:
-    if env_id in builtin_ids():
-        return builtin_ids()[env_id]
+    builtin = builtin_ids()
+    if env_id in builtin:
+        return builtin[env_id]
     doc = inspect.getdoc(creator(env_id)) or ""
     return doc.strip().splitlines()[0] if doc.strip() else "(no docstring)"
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from agents.backend import left_pad
 from rewards.base import OUTCOME, RewardItem
 
 JUDGE_MODES = ("expected", "generate")
@@ -97,23 +98,15 @@ class JudgeScorer:
             out += self._expected(prompts) if self.mode == "expected" else self._generate(prompts)
         return out
 
-    def _batch(self, prompts: list[list[int]]):
-        width = max(len(p) for p in prompts)
-        pad = self.tok.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.model.device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.model.device)
-        return ids, mask
-
     def _expected(self, prompts: list[list[int]]) -> list[float | None]:
-        ids, mask = self._batch(prompts)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens start at position 0
+        ids, mask, positions = left_pad(prompts, self.tok.pad_token_id, self.model.device)
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]  # [B, V]
         probs = torch.softmax(logits[:, self.digit_ids].float(), dim=-1)  # [B, 10]
         expected = probs @ torch.arange(10, dtype=torch.float32, device=probs.device)
         return [float(e) / 9.0 for e in expected]
 
     def _generate(self, prompts: list[list[int]]) -> list[float | None]:
-        ids, mask = self._batch(prompts)
+        ids, mask, _ = left_pad(prompts, self.tok.pad_token_id, self.model.device)
         out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=4, do_sample=False,
                                   pad_token_id=self.tok.pad_token_id)  # fmt: skip
         replies = self.tok.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)

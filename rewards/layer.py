@@ -97,20 +97,31 @@ def build_scorer(name: str, opts: RewardOptions, env_rubric: str | None = None) 
             raise ValueError("--reward rubric needs --rubric FILE (this env ships no rubric)")
         return RubricScorer(load_rubrics(path))
     if name == "judge":
-        from rewards.judge import JudgeScorer, load_prompt
+        from rewards.judge import JudgeScorer
 
-        if not opts.judge_model:
-            raise ValueError("--reward judge needs --judge-model (a local folder, a hub id, or tiny)")
-        rubrics = None
-        if opts.rubric or env_rubric:
-            from rewards.rubric import load_rubrics
-
-            rubrics = load_rubrics(opts.rubric or env_rubric)
-        kw = dict(mode=opts.judge_mode, batch_size=opts.judge_batch_size, rubrics=rubrics)
-        if opts.judge_prompt:
-            kw["prompt"] = load_prompt(opts.judge_prompt)
-        return JudgeScorer.from_pretrained(opts.judge_model, opts.device, **kw)
+        return JudgeScorer.from_pretrained(opts.judge_model, opts.device, **judge_options(opts, env_rubric))
     return _custom(name)
+
+
+def judge_options(opts: RewardOptions, env_rubric: str | None = None) -> dict:
+    """The judge's keyword arguments, every file read and checked, without loading the model:
+    what `--reward judge` needs, validated before anything heavy loads. Raises ValueError."""
+    from agents.model import model_missing
+    from rewards.judge import load_prompt
+
+    if not opts.judge_model:
+        raise ValueError("--reward judge needs --judge-model (a local folder, a hub id, or tiny)")
+    if model_missing(opts.judge_model):
+        raise ValueError(f"judge model path {opts.judge_model!r} does not exist")
+    rubrics = None
+    if opts.rubric or env_rubric:  # the judge is shown the rubric's criteria
+        from rewards.rubric import load_rubrics
+
+        rubrics = load_rubrics(opts.rubric or env_rubric)
+    kw = dict(mode=opts.judge_mode, batch_size=opts.judge_batch_size, rubrics=rubrics)
+    if opts.judge_prompt:
+        kw["prompt"] = load_prompt(opts.judge_prompt)
+    return kw
 
 
 def _custom(name: str) -> Scorer:

@@ -66,10 +66,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def audit(args: argparse.Namespace) -> dict:
-    import yaml
 
     import envs
-    from algos.config import ConfigError, check_env_id
+    from algos.config import ConfigError, check_env_id, key_value_pairs, read_yaml_values
     from rewards.audit import audit_scalars, env_honeypots, jsonable, load_honeypots, load_responses, run_audit
     from rewards.layer import RewardOptions, build_scorer, parse_spec
 
@@ -79,12 +78,7 @@ def audit(args: argparse.Namespace) -> dict:
         check_env_id(args.env)
     except ConfigError as e:
         raise ValueError(str(e)) from None
-    kwargs = {}
-    for kv in args.env_kwargs:
-        key, sep, value = kv.partition("=")
-        if not sep:
-            raise ValueError(f"--env-kwargs takes KEY=VALUE (got {kv!r})")
-        kwargs[key] = yaml.safe_load(value)
+    kwargs = read_yaml_values(key_value_pairs(args.env_kwargs))
     opts = RewardOptions(args.reward_tolerance, args.reward_regex, args.rubric, args.judge_model, args.judge_prompt,
                          args.judge_mode, args.judge_batch_size, args.device)  # fmt: skip
     env_rubric = envs.env_metadata(args.env).get("rubric")

@@ -68,7 +68,8 @@ def load_run_config(checkpoint: str):
 
 def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     """(report, episodes by policy)."""
-    from algos.config import ConfigError, env_kwargs, validate
+    from agents.model import model_missing
+    from algos.config import ConfigError, env_kwargs, key_value_pairs, validate
     from algos.evaluation import ScriptedAgent, held_out_seeds, play, summarize
     from algos.train import build
 
@@ -86,12 +87,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     if args.env and args.env != cfg.env:  # another env: the checkpoint's knobs were for its own
         cfg.env, cfg.env_kwargs = args.env, {}
     if args.env_kwargs:
-        cfg.env_kwargs = {}
-        for kv in args.env_kwargs:
-            key, sep, value = kv.partition("=")
-            if not sep:
-                raise ConfigError(f"--env-kwargs takes KEY=VALUE (got {kv!r})")
-            cfg.env_kwargs[key] = value
+        cfg.env_kwargs = key_value_pairs(args.env_kwargs)
     if args.greedy:
         cfg.temperature = 0.0
     elif args.temperature is not None:
@@ -106,7 +102,8 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     if "base" in args.baselines:  # the model the run started from
         if not from_trainer and not args.base_model:
             raise ConfigError("--baselines base needs --base-model: the checkpoint holds no training config")
-        validate(replace(cfg, model=base_model))
+        if model_missing(base_model):
+            raise ConfigError(f"base model path {base_model!r} does not exist; pass a checkpoint folder, a hub id, or tiny")
     model, tokenizer, agent, _ = build(cfg)
     check_tokenizer(model, tokenizer, path)
     env_kw = env_kwargs(cfg)
