@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agents.model import autocast
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -33,8 +35,9 @@ class Sampling:
 class HFBackend:
     """Batched sampling with a KV cache over a `transformers` causal LM."""
 
-    def __init__(self, model, eos_ids: list[int], pad_id: int, batch_size: int = 64, seed: int = 0):
-        self.model = model
+    def __init__(self, model, eos_ids: list[int], pad_id: int, batch_size: int = 64, seed: int = 0,
+                 precision: str = "off"):  # fmt: skip
+        self.model, self.precision = model, precision
         self.eos_ids = torch.tensor(sorted(set(eos_ids)))
         self.pad_id = pad_id
         self.batch_size = batch_size
@@ -42,7 +45,13 @@ class HFBackend:
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def sync(self, model) -> None:
-        """Nothing to do: this backend samples from the trained model itself."""
+        """Nothing to do when this backend samples from the trained model itself; otherwise (the
+        trained model is FSDP-sharded) copy its gathered full weights into the sampling copy."""
+        if model is self.model or getattr(model, "module", None) is self.model:
+            return
+        from algos.distributed import full_state_dict
+
+        self.model.load_state_dict(full_state_dict(model))
 
     def release(self) -> None:
         """Nothing to free between rollouts and updates."""
@@ -56,7 +65,8 @@ class HFBackend:
         self.model.eval()
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            out_ids, out_lp = self._generate_batch([prompts[i] for i in chunk], sampling)
+            with autocast(self.device, self.precision):  # as the learner computes them
+                out_ids, out_lp = self._generate_batch([prompts[i] for i in chunk], sampling)
             for i, r, lp in zip(chunk, out_ids, out_lp):
                 ids[i], logps[i] = r, lp
         self.model.train(was_training)

@@ -15,6 +15,8 @@ mishandle tied ones; ~1M parameters keep a CPU iteration in seconds.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import random
 import shutil
@@ -147,8 +149,11 @@ def build_tiny_model(path: Path, seed: int = 0) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Build into a temp folder and rename: concurrent first runs never see half a model.
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, is_main_process=True)
     tokenizer.save_pretrained(tmp)
+    if not (tmp / "config.json").exists():  # transformers saves on rank 0 only once torch.distributed is up
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"the tiny model could not be written to {path}: build it on rank 0 before the others")
     try:
         os.replace(tmp, path)
     except OSError:  # another process won the race; its copy is identical
@@ -165,6 +170,74 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     return tok
 
 
-def load_model(path: str, device: str, dtype: torch.dtype, trust_remote_code: bool = False):
+def is_adapter(path: str) -> bool:
+    """A peft adapter checkpoint (adapter_config.json, no full model of its own)."""
+    return os.path.isfile(os.path.join(path, "adapter_config.json")) and not os.path.isfile(
+        os.path.join(path, "config.json")
+    )
+
+
+def adapter_base(path: str) -> str:
+    """The base model an adapter checkpoint was trained on (recorded by peft)."""
+    import json
+
+    with open(os.path.join(path, "adapter_config.json")) as f:
+        return json.load(f)["base_model_name_or_path"]
+
+
+def load_model(path: str, device: str, dtype: torch.dtype, trust_remote_code: bool = False, adapter: str = "merge"):
+    """A causal LM from a folder or hub id. A LoRA adapter checkpoint loads its base model first,
+    then the adapter: kept trainable (`adapter="train"`) or merged into the weights ("merge")."""
+    if is_adapter(path):
+        from peft import PeftModel
+
+        base = load_model(adapter_base(path), device, dtype, trust_remote_code)
+        model = PeftModel.from_pretrained(base, path, is_trainable=adapter == "train")
+        return model if adapter == "train" else model.merge_and_unload()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
     return model.to(device)
+
+
+def add_lora(model, rank: int, alpha: float, dropout: float, targets: str):
+    """Wrap `model` in a fresh LoRA adapter (peft): only the adapter's weights train. `targets`:
+    "all-linear" (every linear layer but the LM head) or comma-separated module names."""
+    from peft import LoraConfig, get_peft_model
+
+    modules = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
+    config = LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, lora_dropout=dropout, target_modules=modules,
+                        task_type="CAUSAL_LM")  # fmt: skip
+    return get_peft_model(model, config)
+
+
+def merged_state_dict(weights: dict[str, torch.Tensor], model) -> dict[str, torch.Tensor]:
+    """Hugging Face weights with the LoRA adapter folded in, W + scale * B @ A, from a peft model's
+    (full) state dict; the model itself is not touched. Plain models' weights pass through."""
+    if not hasattr(model, "peft_config"):
+        return weights
+    cfg = model.peft_config["default"]
+    scale = cfg.lora_alpha / (math.sqrt(cfg.r) if cfg.use_rslora else cfg.r)
+    prefix = "base_model.model."
+    out = {}
+    for name, w in weights.items():
+        if ".lora_" in name:
+            continue
+        if name.endswith(".base_layer.weight"):
+            module = name[: -len(".base_layer.weight")]
+            a, b = weights[f"{module}.lora_A.default.weight"], weights[f"{module}.lora_B.default.weight"]
+            w = (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
+            name = f"{module}.weight"
+        out[name.replace(".base_layer.", ".").removeprefix(prefix)] = w
+    return out
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Recompute activations in the backward pass instead of keeping them (non-reentrant)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def autocast(device, mode: str):
+    """The learner's and the HF backend's forward precision: `bf16` autocast, `off`, or `auto`
+    (bf16 on a GPU that supports it, off on CPU, where bf16 matmuls are slow)."""
+    kind = torch.device(device).type
+    on = mode == "bf16" or (mode == "auto" and kind == "cuda" and torch.cuda.is_bf16_supported())
+    return torch.autocast(kind, dtype=torch.bfloat16) if on else contextlib.nullcontext()

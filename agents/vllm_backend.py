@@ -143,10 +143,13 @@ class VLLMBackend:
             self.asleep = True
 
     def sync(self, model) -> None:
-        """Load the model's current weights into the engine (names as in the HF checkpoint)."""
+        """Load the model's current weights into the engine (names as in the HF checkpoint; a LoRA
+        adapter merged in; gathered from every rank when the model is FSDP-sharded)."""
+        from algos.distributed import hf_weights
+
         if self.asleep:  # weights first, so the KV cache is not allocated while both copies live
             self.llm.wake_up(tags=["weights"])
-        weights = list(model.state_dict().items())
+        weights = list(hf_weights(model).items())
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
         if self.asleep:

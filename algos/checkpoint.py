@@ -34,7 +34,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from algos import distributed
 from algos.config import ConfigError
+from algos.distributed import SINGLE, World
 from algos.learner import Learner
 from algos.run_dir import TRAINER_STATE, RunDir
 
@@ -121,29 +123,59 @@ def audit_history(run_dir: Path, iteration: int) -> list[dict]:
 
 
 def save(run: RunDir, it: int, model, tokenizer, learner: Learner | None, cfg, sampler=None, agent=None,
-         loop: dict | None = None):  # fmt: skip
-    """A checkpoint with everything --resume needs (algos/checkpoint.py); keeps the newest --keep-checkpoints."""
+         loop: dict | None = None, world: World = SINGLE):  # fmt: skip
+    """A checkpoint with everything --resume needs (algos/checkpoint.py); keeps the newest --keep-checkpoints.
+    Under torchrun every rank calls this: full weights and optimizer state are gathered (FSDP),
+    every rank's RNGs collected, and rank 0 writes."""
     state = {"iteration": it, "config": asdict(cfg), "loop": loop or {},
-             "rng": rng_state(agent.backend if agent else None, learner)}  # fmt: skip
+             "world": {"size": world.size, "parallel": cfg.parallel if world.enabled else "none"}}  # fmt: skip
+    rngs = distributed.gather(rng_state(agent.backend if agent else None, learner), world)
+    state["rng"] = rngs[0]
+    if world.enabled:
+        state["rng_ranks"] = rngs
     if learner is not None:
-        state["optimizer"], state["scheduler"] = learner.optimizer.state_dict(), learner.scheduler.state_dict()
+        state["optimizer"] = distributed.full_optimizer_state(learner.model, learner.optimizer)
+        state["scheduler"] = learner.scheduler.state_dict()
     if sampler is not None:
         state["sampler"], state["sampler_pool"] = sampler.state_dict(), len(sampler.tasks)
-    path = run.save_checkpoint(it, model, tokenizer, state)
-    prune(run.path, cfg.keep_checkpoints)
+    weights = distributed.full_state_dict(model, rank0_only=True) if distributed.is_sharded(model) else None
+    merged = None
+    if getattr(cfg, "lora_save_merged", False):
+        merged = distributed.hf_weights(model)
+    path = run.save_checkpoint(it, model, tokenizer, state, weights, merged)
+    if world.main:
+        prune(run.path, cfg.keep_checkpoints)
+    distributed.barrier(world)  # nobody reads or prunes a checkpoint before rank 0 has written it
     return path
 
 
-def resume_point(run_dir: Path | None) -> tuple[Path | None, dict | None]:
-    """The newest complete checkpoint of a run and its trainer state; partial writes are removed."""
+def rank_rng(state: dict, world: World) -> dict:
+    """This rank's RNG states from a checkpoint (rank 0's when it was saved by one process)."""
+    ranks = state.get("rng_ranks") or []
+    return ranks[world.rank] if len(ranks) == world.size else state["rng"]
+
+
+def resume_point(run_dir: Path | None, world: World = SINGLE, parallel: str = "none") -> tuple[Path | None, dict | None]:
+    """The newest complete checkpoint of a run and its trainer state; partial writes are removed
+    (by rank 0; every rank reads the same checkpoint)."""
     if run_dir is None:
         return None, None
-    for stray in remove_partial(run_dir):
-        print(f"removed an unfinished checkpoint write: {stray}", file=sys.stderr)
+    if world.main:
+        for stray in remove_partial(run_dir):
+            print(f"removed an unfinished checkpoint write: {stray}", file=sys.stderr)
     found = checkpoints(run_dir)
     if not found:
         raise ConfigError(f"--resume {run_dir}: no complete checkpoint in {run_dir}/checkpoints "
                           "(runs save one after the warm-up and every --save-every N iterations)")  # fmt: skip
     iteration, ckpt = found[-1]
-    truncate_logs(run_dir, iteration)
-    return ckpt, torch.load(ckpt / TRAINER_STATE, weights_only=True)
+    state = torch.load(ckpt / TRAINER_STATE, weights_only=True)
+    saved = state.get("world", {"size": 1, "parallel": "none"})
+    here = {"size": world.size, "parallel": parallel if world.enabled else "none"}
+    if iteration > 0 and saved != here:  # the optimizer state and the per-rank RNGs are laid out per rank
+        raise ConfigError(f"--resume {run_dir}: the run was saved by {saved['size']} process(es) ({saved['parallel']}); "
+                          f"resume it the same way (got {here['size']}, {here['parallel']}), or start a new run from "
+                          f"{ckpt} with --model")  # fmt: skip
+    if world.main:
+        truncate_logs(run_dir, iteration)
+    distributed.barrier(world)
+    return ckpt, state

@@ -205,6 +205,26 @@ class Config:
     skipped for a non-finite loss or gradient; skipped steps leave weights and optimizer untouched. 0 = never."""
     warmup_steps: int = 10
     """Linear learning-rate warm-up over the first optimizer steps of RL."""
+    # -- scale: torchrun, LoRA, memory (docs/scaling.md) ------------------------------
+    parallel: str = "fsdp"
+    """Under torchrun: fsdp (FSDP2: weights, gradients and optimizer state sharded per decoder layer)
+    or ddp (each rank holds the whole model; for models that fit on one device)."""
+    lora_rank: int = 0
+    """Train a LoRA adapter of this rank (peft) instead of all weights; 0 = full fine-tuning. The KL
+    reference (beta > 0) is then the base model with the adapter switched off."""
+    lora_alpha: float = 0.0
+    """LoRA scale numerator (the update is alpha / rank x B @ A); 0 = 2 x lora_rank."""
+    lora_dropout: float = 0.0
+    lora_target_modules: str = "all-linear"
+    """Layers that get adapters: all-linear (every linear layer but the LM head) or comma-separated
+    module names (q_proj,k_proj,v_proj,o_proj)."""
+    lora_save_merged: bool = False
+    """Checkpoints also hold the merged model (checkpoints/iter_N/merged/), loadable without peft."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory for longer prompts, ~30 % more compute."""
+    autocast: str = "auto"
+    """bf16 autocast of training and HF-backend forward passes: bf16, off, or auto (bf16 on GPUs
+    that support it, off on CPU)."""
     # -- warm-up (SFT on expert demonstrations) ---------------------------------------
     sft_steps: int | None = None
     """Supervised steps on expert_action demonstrations before RL; 0 skips warm-up.
@@ -228,6 +248,24 @@ class Config:
     """Full episodes (prompt, response, action, reward, advantage per step) written per sampled iteration."""
     transcript_every: int = 1
     """Write transcripts every N iterations (TensorBoard text + transcripts.jsonl); 0 = never."""
+
+
+def check_scale(cfg: Config) -> None:
+    """torchrun, LoRA and memory options (algos/distributed.py, docs/scaling.md)."""
+    check_choice("parallel", cfg.parallel, ("fsdp", "ddp"))
+    check_choice("autocast", cfg.autocast, ("auto", "bf16", "off"))
+    if cfg.lora_rank < 0 or cfg.lora_alpha < 0:
+        raise ConfigError(f"lora_rank and lora_alpha must be >= 0 (got {cfg.lora_rank}, {cfg.lora_alpha})")
+    if not 0.0 <= cfg.lora_dropout < 1.0:
+        raise ConfigError(f"lora_dropout must be in [0, 1) (got {cfg.lora_dropout})")
+    if cfg.lora_save_merged and not cfg.lora_rank:
+        raise ConfigError("--lora-save-merged needs --lora-rank > 0 (without LoRA checkpoints are full models)")
+    if cfg.lora_rank and not cfg.lora_target_modules.strip(" ,"):
+        raise ConfigError("--lora-target-modules is empty; use all-linear or module names like q_proj,v_proj")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > cfg.num_groups:
+        raise ConfigError(f"num_groups ({cfg.num_groups}) is smaller than the number of processes ({world}): "
+                          "some ranks would collect nothing; raise --num-groups")  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -456,6 +494,7 @@ def validate(cfg: Config) -> None:
     elif cfg.device not in ("auto", "cpu"):
         raise ConfigError(f"unknown device {cfg.device!r}; use auto, cpu or cuda[:N]")
     check_backend(cfg)
+    check_scale(cfg)
     if model_missing(cfg.model):
         raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, or tiny")
     check_env_id(cfg.env)

@@ -17,7 +17,10 @@ Aggregation (TRL's `loss_type` names and meanings):
     dapo     sum over all tokens / tokens in the mini-batch        (DAPO, token-level)
 
 Micro-batches accumulate gradients against the *mini-batch* normaliser, so the gradient
-equals the one of the whole mini-batch in one pass, however it is split. Old logprobs come
+equals the one of the whole mini-batch in one pass, however it is split. Under torchrun the
+normalisers are global (summed over ranks) and each rank's loss is scaled by the world size,
+because DDP and FSDP average gradients: N ranks then take the step one process would take on
+all their samples (algos/distributed.py). Old logprobs come
 from the rollout: the HF backend computes them with the same model and formula, so the
 first mini-batch starts at ratio 1 (the reference for other backends is the trainer's
 own recomputation).
@@ -25,11 +28,15 @@ own recomputation).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from dataclasses import dataclass, replace
 
 import torch
+
+from agents.model import autocast
+from algos.distributed import SINGLE, World, aligned_chunks, all_sum, gather
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -69,6 +76,7 @@ class LearnerConfig:
     rollout_is: str = "off"  # token / sequence: recompute old logprobs, weight by pi_trainer / pi_rollout
     rollout_is_mode: str = "truncate"  # weights above the cap: truncated to it, or masked to 0
     rollout_is_cap: float = 2.0
+    autocast: str = "off"  # bf16 autocast of the forward passes: bf16, off, auto (bf16 on capable GPUs)
 
 
 def collate(samples: list[Sample], pad_id: int, device) -> dict[str, torch.Tensor]:
@@ -236,11 +244,38 @@ def aggregate(
     raise ValueError(f"unknown loss_type {loss_type!r}; choose one of {LOSS_TYPES}")
 
 
+def merge_stats(per_rank: list[tuple[dict, dict]]) -> dict[str, float]:
+    """Per-rank (sums, weights) of the update's metrics -> one value each: `_max` / `_min` over
+    ranks, train/loss summed (each rank holds its share of the global loss), the rest weighted means."""
+    out = {}
+    for k in per_rank[0][0]:
+        means = [sums[k] / counts[k] for sums, counts in per_rank if counts.get(k, 0) > 0]
+        if not means:
+            continue
+        if k.endswith("_max"):
+            out[k] = max(means)
+        elif k.endswith("_min"):
+            out[k] = min(means)
+        elif k == "train/loss":
+            out[k] = sum(means)
+        else:
+            out[k] = sum(s[k] for s, _ in per_rank) / sum(c[k] for _, c in per_rank)
+    return out
+
+
 class Learner:
-    def __init__(self, model, cfg: LearnerConfig, pad_id: int, ref_model=None, seed: int = 0):
+    """PPO-clip updates of `model` (the trained module: plain, DDP-wrapped or FSDP-sharded).
+
+    The KL reference is `ref_model`, or with `adapter_reference` the model itself with its LoRA
+    adapter switched off (no second copy of the weights)."""
+
+    def __init__(self, model, cfg: LearnerConfig, pad_id: int, ref_model=None, seed: int = 0,
+                 world: World = SINGLE, adapter_reference: bool = False):  # fmt: skip
         self.model, self.cfg, self.pad_id, self.ref_model = model, cfg, pad_id, ref_model
+        self.world, self.adapter_reference = world, adapter_reference
         self.device = next(model.parameters()).device
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        trainable = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapter only
+        self.optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
         warmup = max(cfg.warmup_steps, 1)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min(1.0, (step + 1) / warmup))
         self.rng = random.Random(seed)
@@ -257,21 +292,25 @@ class Learner:
             counts[name] = counts.get(name, 0.0) + weight
 
         samples = [s for s in samples if s.response_ids]
-        if cfg.rollout_is != "off" and samples:
+        n_global = int(all_sum([len(samples)], self.world)[0])
+        if cfg.rollout_is != "off" and n_global:
             samples, is_stats = self._recompute_old_logprobs(samples)
             for k, (v, w) in is_stats.items():
                 add(k, v, w)
         for _ in range(cfg.ppo_epochs):
             order = list(range(len(samples)))
             self.rng.shuffle(order)
-            n_mb = min(cfg.num_minibatches, len(order))
+            n_mb = min(cfg.num_minibatches, n_global)  # the same on every rank (some may get none)
             for mb in range(n_mb):
                 mini = [samples[i] for i in order[mb::n_mb]]
                 loss, stats = self._step(mini)
                 add("train/loss", loss)
                 for k, (v, w) in stats.items():
                     add(k, v, w)
-        out = {k: sums[k] / counts[k] for k in sums if counts[k] > 0}
+        if self.world.enabled:
+            out = merge_stats(gather((sums, counts), self.world))
+        else:
+            out = {k: sums[k] / counts[k] for k in sums if counts[k] > 0}
         # With beta == 0 no reference model exists; train/kl then measures the drift from
         # the rollout policy (the same estimate as train/approx_kl).
         out.setdefault("train/kl", out.get("train/approx_kl", 0.0))
@@ -282,10 +321,12 @@ class Learner:
         cfg = self.cfg
         out, chunks = [], []
         with torch.no_grad():
-            for start in range(0, len(samples), cfg.micro_batch_size):
-                chunk = samples[start : start + cfg.micro_batch_size]
-                batch = collate(chunk, self.pad_id, self.device)
-                logp, _ = response_logprobs(self.model, batch, cfg.temperature)
+            for chunk in aligned_chunks(samples, cfg.micro_batch_size, self.world):
+                batch = collate(chunk or [self._dummy], self.pad_id, self.device)
+                with autocast(self.device, cfg.autocast):
+                    logp, _ = response_logprobs(self.model, batch, cfg.temperature)
+                if chunk is None:  # this rank has run out: the pass only keeps the collectives in step
+                    continue
                 w, st = rollout_is_weights(
                     logp, batch["old"], batch["mask"], cfg.rollout_is, cfg.rollout_is_mode, cfg.rollout_is_cap
                 )
@@ -295,7 +336,7 @@ class Learner:
                     out.append(replace(s, old_logprobs=logp[row, -n:].tolist(), is_weights=w[row, -n:].tolist()))
         tokens = sum(n for _, n in chunks)
         stats = {}
-        for k in chunks[0][0]:
+        for k in chunks[0][0] if chunks else ():
             values = [st[k] for st, _ in chunks]
             if k.endswith("_max"):
                 stats[k] = (max(values), 1.0)
@@ -305,32 +346,57 @@ class Learner:
                 stats[k] = (sum(st[k] * n for st, n in chunks) / tokens, tokens)
         return out, stats
 
+    @property
+    def _dummy(self) -> Sample:
+        """A one-token sample whose loss is multiplied by 0: a pass that changes nothing."""
+        return Sample([self.pad_id], [self.pad_id], 0.0, [0.0])
+
+    def _reference_logprobs(self, batch: dict) -> torch.Tensor | None:
+        if self.cfg.beta <= 0 or (self.ref_model is None and not self.adapter_reference):
+            return None
+        with torch.no_grad(), autocast(self.device, self.cfg.autocast):
+            if self.ref_model is not None:
+                return response_logprobs(self.ref_model, batch, self.cfg.temperature)[0]
+            with getattr(self.model, "module", self.model).disable_adapter():  # the base model
+                return response_logprobs(self.model, batch, self.cfg.temperature)[0]
+
+    def _accumulation(self, last: bool):
+        """DDP all-reduces gradients on every backward unless told not to: only on the last micro-batch."""
+        if last or not hasattr(self.model, "no_sync"):
+            return contextlib.nullcontext()
+        return self.model.no_sync()
+
     def _step(self, mini: list[Sample]) -> tuple[float, dict[str, tuple[float, float]]]:
         cfg = self.cfg
-        num_tokens = sum(len(s.response_ids) for s in mini)
+        # Normalisers of the whole (global) mini-batch; x world size because ranks average gradients.
+        num_seqs, num_tokens = (int(v) for v in all_sum([len(mini), sum(len(s.response_ids) for s in mini)],
+                                                          self.world))  # fmt: skip
+        scale = float(self.world.size)
         mini = sorted(mini, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         acc = {k: [0.0, 0.0] for k in ("ratio", "clipped", "clipped_low", "clipped_high", "dual_clipped",
                                        "approx_kl", "kl", "entropy")}  # fmt: skip
         ratio_max = 0.0
-        for start in range(0, len(mini), cfg.micro_batch_size):
-            batch = collate(mini[start : start + cfg.micro_batch_size], self.pad_id, self.device)
-            logp, entropy = response_logprobs(self.model, batch, cfg.temperature, True, cfg.entropy_coef > 0)
-            ref = None
-            if self.ref_model is not None and cfg.beta > 0:
-                with torch.no_grad():
-                    ref, _ = response_logprobs(self.ref_model, batch, cfg.temperature)
-            tok_loss, info = ppo_token_loss(
-                logp, batch["old"], batch["adv"], cfg.epsilon, cfg.epsilon_high, ref, cfg.beta,
-                mask=batch["mask"], importance=cfg.importance_sampling_level,
-                clip_ratio_c=cfg.clip_ratio_c, kl_estimator=cfg.kl_estimator,
-            )  # fmt: skip
-            if cfg.entropy_coef > 0:
-                tok_loss = tok_loss - cfg.entropy_coef * entropy
-            tok_loss = tok_loss * batch["w"]  # rollout-correction weights (1 unless rollout_is is on)
-            loss = aggregate(tok_loss, batch["mask"], cfg.loss_type, len(mini), num_tokens, cfg.max_new_tokens)
-            loss.backward()
+        chunks = aligned_chunks(mini, cfg.micro_batch_size, self.world)
+        for n, chunk in enumerate(chunks):
+            batch = collate(chunk or [self._dummy], self.pad_id, self.device)
+            with self._accumulation(last=n == len(chunks) - 1):
+                with autocast(self.device, cfg.autocast):
+                    logp, entropy = response_logprobs(self.model, batch, cfg.temperature, True, cfg.entropy_coef > 0)
+                ref = self._reference_logprobs(batch)
+                tok_loss, info = ppo_token_loss(
+                    logp, batch["old"], batch["adv"], cfg.epsilon, cfg.epsilon_high, ref, cfg.beta,
+                    mask=batch["mask"], importance=cfg.importance_sampling_level,
+                    clip_ratio_c=cfg.clip_ratio_c, kl_estimator=cfg.kl_estimator,
+                )  # fmt: skip
+                if cfg.entropy_coef > 0:
+                    tok_loss = tok_loss - cfg.entropy_coef * entropy
+                tok_loss = tok_loss * batch["w"]  # rollout-correction weights (1 unless rollout_is is on)
+                loss = aggregate(tok_loss, batch["mask"], cfg.loss_type, num_seqs, num_tokens, cfg.max_new_tokens)
+                (loss * (scale if chunk is not None else 0.0)).backward()
+            if chunk is None:  # a dummy pass: no samples, no statistics
+                continue
             total += float(loss.detach())
             m = batch["mask"]
             info["entropy"] = entropy.detach()
@@ -338,8 +404,8 @@ class Learner:
                 acc[k][0] += float((v.float() * m).sum())
                 acc[k][1] += float(m.sum())
             ratio_max = max(ratio_max, float((info["ratio"] * m).max()))
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-        if not math.isfinite(float(grad_norm)):
+        grad_norm = clip_grad_norm(self.model, cfg.max_grad_norm)
+        if not math.isfinite(grad_norm):
             # a non-finite gradient would poison the weights: skip this step entirely
             self.optimizer.zero_grad(set_to_none=True)
         else:
@@ -353,24 +419,36 @@ class Learner:
             stats["train/dual_clip_frac"] = stats.pop("train/dual_clipped")
         stats["train/ratio_mean"] = stats.pop("train/ratio")
         stats["train/ratio_max"] = (ratio_max, 1.0)
-        stats["train/grad_norm"] = (float(grad_norm), 1.0)
+        stats["train/grad_norm"] = (grad_norm, 1.0)
         stats["train/lr"] = (self.scheduler.get_last_lr()[0], 1.0)
-        stats["train/skipped_frac"] = (float(not math.isfinite(float(grad_norm))), 1.0)  # of optimizer steps
+        stats["train/skipped_frac"] = (float(not math.isfinite(grad_norm)), 1.0)  # of optimizer steps
         return total, stats
 
     def sft_step(self, samples: list[Sample]) -> float:
-        """One supervised step: token-mean negative log-likelihood of the responses."""
+        """One supervised step: token-mean negative log-likelihood of the responses. Every rank gets
+        the same batch and trains on its slice of it, against the whole batch's token count."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         num_tokens = sum(len(s.response_ids) for s in samples)
+        mine = samples[self.world.rank :: self.world.size]
+        chunks = aligned_chunks(mine, self.cfg.micro_batch_size, self.world)
         total = 0.0
-        for start in range(0, len(samples), self.cfg.micro_batch_size):
-            batch = collate(samples[start : start + self.cfg.micro_batch_size], self.pad_id, self.device)
-            logp, _ = response_logprobs(self.model, batch)
-            loss = -(logp * batch["mask"]).sum() / num_tokens
-            loss.backward()
-            total += float(loss.detach())
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        for n, chunk in enumerate(chunks):
+            batch = collate(chunk or [self._dummy], self.pad_id, self.device)
+            with self._accumulation(last=n == len(chunks) - 1):
+                with autocast(self.device, self.cfg.autocast):
+                    logp, _ = response_logprobs(self.model, batch)
+                loss = -(logp * batch["mask"]).sum() / num_tokens
+                (loss * (self.world.size if chunk is not None else 0.0)).backward()
+            total += float(loss.detach()) if chunk is not None else 0.0
+        clip_grad_norm(self.model, self.cfg.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
-        return total
+        return all_sum([total], self.world)[0]
+
+
+def clip_grad_norm(model, max_norm: float) -> float:
+    """Clip the trainable parameters' gradients to `max_norm` (global over FSDP shards); the norm before."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP: a replicated DTensor

@@ -33,9 +33,13 @@ def _fsync(path: Path) -> None:
 
 
 class RunDir:
-    def __init__(self, path: str | Path, config, purge_step: int | None = None) -> None:
+    """The run's files. With `write=False` (every torchrun rank but 0) it only knows its path."""
+
+    def __init__(self, path: str | Path, config, purge_step: int | None = None, write: bool = True) -> None:
         """`purge_step`: resuming at this iteration; TensorBoard drops the dead run's later events."""
-        self.path = Path(path)
+        self.path, self.write = Path(path), write
+        if not write:
+            return
         self.path.mkdir(parents=True, exist_ok=True)
         resolved = dataclasses.asdict(config)
         with open(self.path / "config.yaml", "w") as f:
@@ -49,6 +53,8 @@ class RunDir:
         self._transcripts = open(self.path / "transcripts.jsonl", "a")  # noqa: SIM115
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
+        if not self.write:
+            return
         clean = {k: float(v) for k, v in metrics.items()}
         for k, v in clean.items():
             if math.isfinite(v):
@@ -61,23 +67,35 @@ class RunDir:
 
     def log_histogram(self, iteration: int, tag: str, values) -> None:
         """TensorBoard only (metrics.jsonl holds scalars)."""
-        if len(values):
+        if self.write and len(values):
             self.tb.add_histogram(tag, np.asarray(values), iteration)
 
     def log_transcript(self, iteration: int, record: dict, markdown: str) -> None:
+        if not self.write:
+            return
         self._transcripts.write(json.dumps({"iteration": iteration, **record}) + "\n")
         self._transcripts.flush()
         self.tb.add_text("transcripts", markdown, iteration)
 
-    def save_checkpoint(self, iteration: int, model, tokenizer, trainer_state: dict) -> Path:
-        """Write into a temp folder, fsync, then rename: a crash never leaves half a checkpoint."""
+    def save_checkpoint(self, iteration: int, model, tokenizer, trainer_state: dict,
+                        weights: dict | None = None, merged: dict | None = None) -> Path:  # fmt: skip
+        """Write into a temp folder, fsync, then rename: a crash never leaves half a checkpoint.
+        `weights`: the full state dict when the model is sharded (gathered by the caller); a LoRA
+        model saves its adapter, and `merged` weights, if given, go to merged/ as a full model."""
         final = self.path / "checkpoints" / f"iter_{iteration}"
+        if not self.write:
+            return final
         tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{time.time_ns()}")
         tmp.mkdir(parents=True)
-        model.save_pretrained(tmp, safe_serialization=True)
+        model = getattr(model, "module", model)  # DDP
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=weights, is_main_process=True)
         tokenizer.save_pretrained(tmp)
+        if merged is not None:
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            base.save_pretrained(tmp / "merged", safe_serialization=True, state_dict=merged, is_main_process=True)
+            tokenizer.save_pretrained(tmp / "merged")
         torch.save(trainer_state, tmp / TRAINER_STATE)
-        for f in tmp.iterdir():  # on disk before the rename makes the checkpoint visible
+        for f in sorted(tmp.rglob("*"), reverse=True):  # on disk before the rename makes the checkpoint visible
             _fsync(f)
         _fsync(tmp)
         if final.exists():
@@ -86,7 +104,13 @@ class RunDir:
         _fsync(final.parent)
         return final
 
+    def write_json(self, name: str, record: dict) -> None:
+        if self.write:
+            (self.path / name).write_text(json.dumps(record, indent=1) + "\n")
+
     def close(self) -> None:
+        if not self.write:
+            return
         self.tb.close()
         self._metrics.close()
         self._transcripts.close()

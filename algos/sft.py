@@ -20,6 +20,7 @@ from tqdm import tqdm
 from agents.agent import LLMAgent, View
 from algos.collector import Collector, note_once
 from algos.config import ConfigError, env_kwargs
+from algos.distributed import SINGLE
 from algos.learner import Learner, Sample
 from envs.base import HELD_OUT_SEED
 
@@ -54,13 +55,14 @@ def expert_demos(
     return demos
 
 
-def warm_up_from_config(cfg, agent: LLMAgent, model, learner_cfg) -> tuple[list[Sample], list[float]]:
+def warm_up_from_config(cfg, agent: LLMAgent, model, learner_cfg, world=SINGLE) -> tuple[list[Sample], list[float]]:
     """The trainer's warm-up as `cfg` sets it: demonstrations from cfg.sft_episodes start states
-    (never held-out ones), then cfg.sft_steps supervised steps. Returns (demos, losses)."""
+    (never held-out ones), then cfg.sft_steps supervised steps. Returns (demos, losses). Under
+    torchrun every rank records the same demonstrations and trains on its slice of each batch."""
     seeds = [int(s) for s in np.random.default_rng(cfg.seed).integers(0, HELD_OUT_SEED, cfg.sft_episodes)]
     demos = expert_demos(agent, cfg.env, seeds, cfg.sft_noise, random.Random(cfg.seed), env_kwargs(cfg),
                          cfg.env_step_timeout, cfg.env_isolation)  # fmt: skip
-    sft = Learner(model, replace(learner_cfg, lr=cfg.sft_lr), agent.tokenizer.pad_token_id, seed=cfg.seed)
+    sft = Learner(model, replace(learner_cfg, lr=cfg.sft_lr), agent.tokenizer.pad_token_id, seed=cfg.seed, world=world)
     return demos, warm_up(sft, demos, cfg.sft_steps, cfg.sft_batch_size, cfg.seed)
 
 

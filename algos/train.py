@@ -19,11 +19,18 @@ the trainer on a probe batch (algos/weight_sync.py).
 checkpoint.py). Every env call is guarded (a failure or a hang ends that episode, counted in
 rollout/env_errors; `--env-isolation` runs each env in its own process), and updates with a
 non-finite loss or gradient are skipped, weights untouched (`--max-bad-updates` in a row stop
-the run). Deliberately left out here: distributed training (one process, one device).
+the run).
+
+`torchrun --nproc_per_node N -m algos.train ...` runs the same loop on N ranks: each collects
+its share of the groups, the trajectories are gathered, each trains on its own groups with
+FSDP2 (or `--parallel ddp`), rank 0 logs and checkpoints (algos/distributed.py). `--lora-rank`
+trains a LoRA adapter; `--gradient-checkpointing` and bf16 autocast save memory
+(docs/scaling.md).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import sys
@@ -37,9 +44,17 @@ from tqdm import tqdm
 
 from agents.agent import LLMAgent
 from agents.backend import HFBackend, Sampling
-from agents.model import load_model, load_tokenizer, resolve_model
+from agents.model import (
+    adapter_base,
+    add_lora,
+    enable_gradient_checkpointing,
+    is_adapter,
+    load_model,
+    load_tokenizer,
+    resolve_model,
+)
 from agents.prompt import PromptBuilder
-from algos import checkpoint
+from algos import checkpoint, distributed
 from algos.advantages import (
     anchor_group_sizes,
     gigpo_advantages,
@@ -90,29 +105,47 @@ def compute_advantages(cfg: Config, steps: list[Step]) -> tuple[np.ndarray, dict
     return adv, stats
 
 
-def evaluate(agent: LLMAgent, cfg: Config, episodes: int) -> dict[str, float]:
-    """Held-out episodes, one per task, sampled at the training temperature (algos/evaluation.py)."""
-    trajs = play(agent, cfg.env, env_kwargs(cfg), held_out_seeds(episodes), max_envs=episodes, leave=False,
-                 step_timeout=cfg.env_step_timeout, isolate=cfg.env_isolation)  # fmt: skip
-    m = summarize(trajs)
+def evaluate(agent: LLMAgent, cfg: Config, episodes: int, world=distributed.SINGLE) -> dict[str, float]:
+    """Held-out episodes, one per task, sampled at the training temperature (algos/evaluation.py);
+    under torchrun each rank plays its share of the tasks."""
+    seeds = held_out_seeds(episodes)[world.rank :: world.size]
+    trajs = play(agent, cfg.env, env_kwargs(cfg), seeds, max_envs=episodes, leave=False,
+                 step_timeout=cfg.env_step_timeout, isolate=cfg.env_isolation) if seeds else []  # fmt: skip
+    m = summarize([t for part in distributed.gather(trajs, world) for t in part])
     return {"eval/success_rate": m["success_rate"], "eval/episode_length": m["mean_steps"]}
 
 
-def build(cfg: Config):
-    torch.manual_seed(cfg.seed)
+def build(cfg: Config, world=distributed.SINGLE, device: str | None = None):
+    """(policy, tokenizer, agent, learner options). The policy is the module the learner trains:
+    LoRA-wrapped with --lora-rank, sharded or replicated under torchrun; the agent samples from it
+    (or, when it is sharded and the backend is HF, from a full copy refreshed after each update)."""
+    torch.manual_seed(cfg.seed)  # the same initial weights (and LoRA init) on every rank
     random.seed(cfg.seed)
-    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or ("cuda" if cfg.device == "auto" and torch.cuda.is_available() else cfg.device)
+    device = "cpu" if device == "auto" else device
     path = resolve_model(cfg.model)
     tokenizer = load_tokenizer(path, cfg.trust_remote_code)
-    model = load_model(path, device, getattr(torch, cfg.dtype), cfg.trust_remote_code)
+    model = load_model(path, device, getattr(torch, cfg.dtype), cfg.trust_remote_code,
+                       adapter="train" if cfg.lora_rank else "merge")  # fmt: skip
+    if cfg.lora_rank and not hasattr(model, "peft_config"):
+        model = add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    sampler_model = copy.deepcopy(model) if world.enabled and cfg.parallel == "fsdp" else model
+    policy = distributed.wrap(model, cfg.parallel, world)
     extra = model.generation_config.eos_token_id  # chat models often stop on several ids
     eos = [tokenizer.eos_token_id] + (extra if isinstance(extra, list) else [extra] if extra is not None else [])
     if cfg.backend == "vllm":
         from agents.vllm_backend import VLLMBackend
 
-        backend = VLLMBackend(path, eos, engine_config(cfg), on_gpu=device.startswith("cuda"), seed=cfg.seed)
+        served = adapter_base(path) if is_adapter(path) else path  # an adapter's engine starts from its base
+        backend = VLLMBackend(served, eos, engine_config(cfg), on_gpu=device.startswith("cuda"),
+                              seed=cfg.seed + world.rank)  # fmt: skip
+        if served != path:
+            backend.sync(policy)
     else:
-        backend = HFBackend(model, eos, tokenizer.pad_token_id, cfg.generation_batch_size, cfg.seed)
+        backend = HFBackend(sampler_model, eos, tokenizer.pad_token_id, cfg.generation_batch_size,
+                            cfg.seed + world.rank, cfg.autocast)  # fmt: skip
     sampling = Sampling(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
     template = prompt_template(cfg.env) if cfg.prompt_template == "auto" else cfg.prompt_template
     prompts = PromptBuilder(cfg.memory, template=template)
@@ -122,7 +155,7 @@ def build(cfg: Config):
     learner_cfg = LearnerConfig(
         **{**shared, "temperature": cfg.temperature or 1.0, "rollout_is": rollout_is_level(cfg)}
     )
-    return model, tokenizer, agent, learner_cfg
+    return policy, tokenizer, agent, learner_cfg
 
 
 def engine_config(cfg: Config):
@@ -142,63 +175,89 @@ def engine_config(cfg: Config):
 
 def train(cfg: Config, resume: Path | None = None) -> RunDir:
     """One run; `resume`: a run directory to continue from its newest complete checkpoint."""
+    world, device = distributed.init(cfg.device)  # one process unless launched by torchrun
+    say = print if world.main else (lambda *a, **k: None)
+    if not world.main:
+        distributed.quiet_progress()  # one set of progress bars: rank 0's
     if not cfg.output_dir:
         cfg.output_dir = f"runs/{cfg.env.split(':')[-1]}-{cfg.algo}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    cfg.output_dir = distributed.broadcast(cfg.output_dir, world)  # rank 0's clock names the run
     if cfg.sft_steps is None:  # a checkpoint of this trainer is already warmed up; no expert, no warm-up
         warmed = os.path.exists(os.path.join(os.path.expanduser(cfg.model), TRAINER_STATE))
         cfg.sft_steps = 0 if warmed or not has_expert(cfg) else DEFAULT_SFT_STEPS
-    ckpt, state = checkpoint.resume_point(resume)
+    if world.main:
+        resolve_model(cfg.model)  # the tiny model is built once, by rank 0
+    distributed.barrier(world)
+    ckpt, state = checkpoint.resume_point(resume, world, cfg.parallel)
     start = state["iteration"] if state else 0
-    model, tokenizer, agent, learner_cfg = build(replace(cfg, model=str(ckpt)) if ckpt else cfg)
-    run = RunDir(cfg.output_dir, cfg, purge_step=start + 1 if ckpt else None)
-    print(f"run directory: {run.path}  (tensorboard --logdir {run.path})", file=sys.stderr)
+    model, tokenizer, agent, learner_cfg = build(replace(cfg, model=str(ckpt)) if ckpt else cfg, world, device)
+    run = RunDir(cfg.output_dir, cfg, purge_step=start + 1 if ckpt else None, write=world.main)
+    say(f"run directory: {run.path}  (tensorboard --logdir {run.path})", file=sys.stderr)
+    if world.enabled:
+        say(f"{world.size} ranks ({cfg.parallel}), {cfg.num_groups} groups per iteration in all", file=sys.stderr)
+
+    def save(it: int, learner=None, loop=None) -> Path:
+        return checkpoint.save(run, it, model, tokenizer, learner, cfg, data.sampler if learner else None, agent,
+                               loop, world)  # fmt: skip
 
     # ---- warm-up: SFT on expert demonstrations -------------------------------------
     held_out = None  # the latest held-out success rate, shown on the progress bar
     if ckpt:
         held_out = state.get("loop", {}).get("held_out")
-        print(f"resuming after iteration {start} from {ckpt}", file=sys.stderr)
+        say(f"resuming after iteration {start} from {ckpt}", file=sys.stderr)
     elif cfg.sft_steps > 0:
-        demos, losses = warm_up_from_config(cfg, agent, model, learner_cfg)
+        demos, losses = warm_up_from_config(cfg, agent, model, learner_cfg, world)
         run.log(0, {"sft/loss": float(np.mean(losses[-10:])), "sft/demos": len(demos)})
         probe = probe_prompts([d.prompt_ids for d in demos], cfg.sync_probe_size)
-        sync_backend(agent, model, cfg, run, 0, probe, check=cfg.sync_check_every > 0)
+        sync_backend(agent, model, cfg, run, 0, probe, check=cfg.sync_check_every > 0, world=world)
     if cfg.eval_episodes and not ckpt:
-        warm = evaluate(agent, cfg, cfg.eval_episodes)
+        warm = evaluate(agent, cfg, cfg.eval_episodes, world)
         run.log(0, warm)
         held_out = warm["eval/success_rate"]
-        print(f"success after warm-up: {warm['eval/success_rate']:.1%}", file=sys.stderr)
+        say(f"success after warm-up: {warm['eval/success_rate']:.1%}", file=sys.stderr)
     if cfg.sft_steps > 0 and not ckpt:  # the warmed-up model: a baseline, and a start that skips SFT
-        checkpoint.save(run, 0, model, tokenizer, None, cfg, agent=agent, loop={"held_out": held_out})
+        save(0, loop={"held_out": held_out})
 
     # ---- RL -------------------------------------------------------------------------
     ref = None
-    if cfg.beta > 0:  # the frozen reference is the policy RL started from
+    if cfg.beta > 0 and not cfg.lora_rank:  # the frozen reference is the policy RL started from
         warm_ckpt = run.path / "checkpoints" / "iter_0"
         source = warm_ckpt if ckpt and warm_ckpt.exists() else resolve_model(cfg.model)
-        ref = load_model(str(source), model.device, model.dtype, cfg.trust_remote_code)
+        ref = load_model(str(source), device, getattr(torch, cfg.dtype), cfg.trust_remote_code)
         if not ckpt:
-            ref.load_state_dict(model.state_dict())
-        ref.eval().requires_grad_(False)
-    learner = Learner(model, learner_cfg, tokenizer.pad_token_id, ref_model=ref, seed=cfg.seed)
-    collector = Collector(cfg.env, cfg.num_groups, cfg.group_size, env_kwargs(cfg), cfg.env_step_timeout,
-                          cfg.env_isolation)  # fmt: skip
+            ref.load_state_dict(distributed.full_state_dict(model))
+        ref = distributed.wrap(ref.eval().requires_grad_(False), "fsdp", world) if cfg.parallel == "fsdp" else ref
+    learner = Learner(model, learner_cfg, tokenizer.pad_token_id, ref_model=ref, seed=cfg.seed + world.rank,
+                      world=world, adapter_reference=bool(cfg.lora_rank))  # fmt: skip
+    collector = Collector(cfg.env, -(-cfg.num_groups // world.size), cfg.group_size, env_kwargs(cfg),
+                          cfg.env_step_timeout, cfg.env_isolation)  # fmt: skip
     data = DataLayer(data_config(cfg), task_sampler(cfg, collector.envs[0], state))
-    rewards = reward_layer(cfg, str(model.device))  # --reward: what a step earns
-    audit = audit_hook(cfg, rewards, run.path / "reward_audit.json")
+    rewards = reward_layer(cfg, device)  # --reward: what a step earns
+    audit = audit_hook(cfg, rewards, run.path / "reward_audit.json") if world.main else None
     loop = (state or {}).get("loop", {})
     env_steps, bad_updates = loop.get("env_steps", 0), loop.get("bad_updates", 0)
     if state:  # put back everything that decides what happens next, RNGs last
         if "optimizer" in state:
-            learner.optimizer.load_state_dict(state["optimizer"])
+            distributed.load_optimizer_state(model, learner.optimizer, state["optimizer"])
             learner.scheduler.load_state_dict(state["scheduler"])
         data.next_group_id, data.next_traj_id = loop.get("next_group_id", 0), loop.get("next_traj_id", 0)
         if audit:
             audit.history = checkpoint.audit_history(run.path, start)
-        checkpoint.restore_rng(state["rng"], agent.backend, learner if "optimizer" in state else None)
+        checkpoint.restore_rng(checkpoint.rank_rng(state, world), agent.backend,
+                               learner if "optimizer" in state else None)  # fmt: skip
+
+    mine: set[int] = set()  # under torchrun: the group ids this rank collected this iteration
 
     def collect(seeds: list[int], sizes: list[int], first_group_id: int, first_traj_id: int):
-        return rescore(rewards, collector.collect(agent, seeds, first_traj_id, sizes, first_group_id))
+        def local(seeds, sizes, gid, tid):
+            return rescore(rewards, collector.collect(agent, seeds, tid, sizes, gid))
+
+        if not world.enabled:
+            return local(seeds, sizes, first_group_id, first_traj_id)
+        trajs, owned = distributed.collect_share(local, len(collector.envs), seeds, sizes, first_group_id,
+                                                 first_traj_id, world)  # fmt: skip
+        mine.update(owned)
+        return trajs
 
     def loop_state() -> dict:
         return {"env_steps": env_steps, "bad_updates": bad_updates, "held_out": held_out,
@@ -209,6 +268,7 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
                total=cfg.iterations, dynamic_ncols=True)  # fmt: skip
     for it in bar:
         t0 = time.perf_counter()
+        mine.clear()
         trajs, collected, data_stats = data.next_batch(collect)
         t_gen = time.perf_counter() - t0
 
@@ -216,23 +276,27 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
         adv, adv_stats, train_stats = np.zeros(0), {}, {}
         t1, t_train, t_sync = time.perf_counter(), 0.0, 0.0
         if steps:  # none when dynamic sampling found no informative group before its cap
-            adv, adv_stats = compute_advantages(cfg, steps)
-            samples = [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs) for s, a in zip(steps, adv)]
+            adv, adv_stats = compute_advantages(cfg, steps)  # every rank: all groups; each trains on its own
+            samples = [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs)
+                       for s, a in zip(steps, adv) if not world.enabled or s.group_id in mine]  # fmt: skip
             agent.backend.release()  # GPU vLLM sleep mode: the update gets the KV cache's memory
             train_stats = learner.update(samples)
             bad_updates = bad_updates + 1 if train_stats.get("train/skipped_frac") == 1.0 else 0
             if cfg.max_bad_updates and bad_updates >= cfg.max_bad_updates:  # skipped steps left the weights good
-                path = checkpoint.save(run, it, model, tokenizer, learner, cfg, data.sampler, agent, loop_state())
+                path = save(it, learner, loop_state())
                 raise NumericError(f"{bad_updates} updates in a row had a non-finite loss or gradient and were "
                                    f"skipped; the last good weights are saved in {path}")  # fmt: skip
             t_train = time.perf_counter() - t1
             check = cfg.sync_check_every > 0 and it % cfg.sync_check_every == 0
             sync_backend(agent, model, cfg, run, it, probe_prompts([s.prompt_ids for s in steps], cfg.sync_probe_size),
-                         check)  # fmt: skip
+                         check, world)  # fmt: skip
             t_sync = time.perf_counter() - t1 - t_train
 
         env_steps += sum(len(t.steps) for t in collected)
-        metrics = {**rollout_metrics(collected), **rewards.metrics(), **data_stats, **adv_stats, **train_stats}
+        reward_stats = rewards.metrics()
+        if world.enabled:
+            reward_stats = distributed.merge_metrics(distributed.gather(reward_stats, world))
+        metrics = {**rollout_metrics(collected), **reward_stats, **data_stats, **adv_stats, **train_stats}
         metrics["data/env_steps_total"] = float(env_steps)
         metrics.update(
             {
@@ -242,6 +306,8 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
                 "time/sync_s": t_sync,
             }
         )
+        per_rank = distributed.gather(distributed.peak_memory_gib(device), world)
+        metrics.update({f"memory/{k}": max(m[k] for m in per_rank) for k in per_rank[0]})  # the busiest rank
         run.log(it, metrics)
         run.log_histogram(it, "data/pass_rates", data.sampler.pass_rates())
         if audit and it % cfg.audit_every == 0:
@@ -257,21 +323,23 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
             last = it  # the env-step budget is spent
             break
         if cfg.eval_episodes and cfg.eval_every and it % cfg.eval_every == 0 and it < cfg.iterations:
-            result = evaluate(agent, cfg, cfg.eval_episodes)  # same held-out seeds every time
+            result = evaluate(agent, cfg, cfg.eval_episodes, world)  # same held-out seeds every time
             run.log(it, result)
             held_out = result["eval/success_rate"]
         if cfg.save_every and it % cfg.save_every == 0 and it < cfg.iterations:
-            checkpoint.save(run, it, model, tokenizer, learner, cfg, data.sampler, agent, loop_state())
+            save(it, learner, loop_state())
     collector.close()
 
     # ---- final evaluation and checkpoint --------------------------------------------
     if cfg.eval_episodes:
-        final = evaluate(agent, cfg, cfg.eval_episodes)
+        final = evaluate(agent, cfg, cfg.eval_episodes, world)
         run.log(last, final)
-        print(f"success after RL: {final['eval/success_rate']:.1%}", file=sys.stderr)
-    path = checkpoint.save(run, last, model, tokenizer, learner, cfg, data.sampler, agent, loop_state())
-    print(f"checkpoint: {path}", file=sys.stderr)
+        say(f"success after RL: {final['eval/success_rate']:.1%}", file=sys.stderr)
+    path = save(last, learner, loop_state())
+    say(f"checkpoint: {path}", file=sys.stderr)
+    run.write_json("memory.json", {"ranks": distributed.gather(distributed.peak_memory_gib(device), world)})
     run.close()
+    distributed.close()
     return run
 
 
@@ -306,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     except (SyncError, NumericError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    finally:
+        distributed.close()
     return 0
 
 

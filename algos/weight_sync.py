@@ -17,6 +17,7 @@ from dataclasses import replace
 import torch
 
 from agents.backend import Sampling
+from algos.distributed import SINGLE, all_max
 from algos.learner import Sample, collate, response_logprobs
 
 TOLERANCE = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.1}
@@ -43,10 +44,12 @@ def logprob_gap(backend, model, prompts: list[list[int]], sampling: Sampling, te
     exactly what the trainer computes (greedy sampling reports it at T = 1)."""
     responses, engine_logps = backend.generate(prompts, replace(sampling, top_p=1.0))
     samples = [Sample(p, r, 0.0, lp) for p, r, lp in zip(prompts, responses, engine_logps) if r]
-    if not samples:
-        return {"sync/logprob_diff_max": 0.0, "sync/logprob_diff_mean": 0.0, "sync/probe_tokens": 0.0}
     device = next(model.parameters()).device
-    batch = collate(samples, pad_id, device)
+    # No sampled token: score a masked-out pad token anyway, since a sharded model's forward is a
+    # collective that every rank must join.
+    batch = collate(samples or [Sample([pad_id], [pad_id], 0.0, [0.0])], pad_id, device)
+    if not samples:
+        batch["mask"].zero_()
     was_training = model.training
     model.eval()
     trainer_logp, _ = response_logprobs(model, batch, temperature)
@@ -55,7 +58,7 @@ def logprob_gap(backend, model, prompts: list[list[int]], sampling: Sampling, te
     tokens = batch["mask"].sum()
     return {
         "sync/logprob_diff_max": float(diff.max()),
-        "sync/logprob_diff_mean": float(diff.sum() / tokens),
+        "sync/logprob_diff_mean": float(diff.sum() / tokens.clamp(min=1)),
         "sync/probe_tokens": float(tokens),
     }
 
@@ -72,20 +75,22 @@ def check_gap(stats: dict[str, float], tolerance: float, when: str) -> None:
         )
 
 
-def sync_backend(agent, model, cfg, run, it: int, probe: list[list[int]], check: bool):
-    """Push the new weights to the generation engine; on a check, prove it serves them."""
+def sync_backend(agent, model, cfg, run, it: int, probe: list[list[int]], check: bool, world=SINGLE):
+    """Push the new weights to the generation engine; on a check, prove it serves them (under
+    torchrun every rank checks its own engine and the worst gap counts)."""
     agent.backend.sync(model)
     if not (check and probe and cfg.backend != "hf"):  # the HF backend samples from the model itself
         return
     stats = logprob_gap(
         agent.backend, model, probe, agent.sampling, cfg.temperature or 1.0, agent.tokenizer.pad_token_id
     )
+    stats["sync/logprob_diff_max"] = all_max(stats["sync/logprob_diff_max"], world)
     run.log(it, stats)
     try:
         check_gap(stats, tolerance_for(cfg.dtype, cfg.sync_tolerance), f"iteration {it}")
     except SyncError:
         from algos.checkpoint import save  # the checkpoint module builds on this one's neighbours
 
-        path = save(run, it, model, agent.tokenizer, None, cfg)
+        path = save(run, it, model, agent.tokenizer, None, cfg, world=world)
         print(f"the trainer's weights are saved in {path}", file=sys.stderr)
         raise

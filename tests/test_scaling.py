@@ -1,0 +1,207 @@
+"""Scaling features on CPU: LoRA (peft), torchrun end to end, gradient checkpointing, autocast,
+and the distributed helpers that can be checked in one process."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from agents.model import add_lora, enable_gradient_checkpointing, load_model, merged_state_dict
+from algos import distributed
+from algos.collector import Step, Trajectory
+from algos.learner import Learner, LearnerConfig, Sample, merge_stats
+from algos.train import main
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_distributed import torchrun  # noqa: E402
+
+TINY_RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "3", "--sft-episodes", "3",
+            "--eval-episodes", "2", "--max-new-tokens", "8", "--max-extra-groups", "2"]  # fmt: skip
+
+
+def test_lora_two_iterations_save_reload_and_base_untouched(tmp_path, tiny_path):
+    out = tmp_path / "lora"
+    flags = ["--lora-rank", "4", "--lora-alpha", "16", "--beta", "0.05", "--lora-save-merged", "--lr", "3e-3"]
+    assert main(["--iterations", "2", "--output-dir", str(out), *TINY_RUN, *flags]) == 0
+    ckpt = out / "checkpoints" / "iter_2"
+    assert (ckpt / "adapter_config.json").is_file() and not (ckpt / "config.json").exists()  # the adapter only
+    assert (ckpt / "adapter_model.safetensors").stat().st_size < 1_000_000  # not a full model in disguise
+
+    base = load_model(tiny_path, "cpu", torch.float32)
+    reloaded = load_model(str(ckpt), "cpu", torch.float32, adapter="train")
+    for name, p in base.named_parameters():  # every base weight is bit-identical after warm-up + RL
+        module, leaf = name.rsplit(".", 1)
+        held = reloaded.get_base_model().get_submodule(module)
+        held = getattr(held, "base_layer", held)
+        assert torch.equal(getattr(held, leaf), p), name
+    lora_b = [p for n, p in reloaded.named_parameters() if "lora_B" in n]
+    assert lora_b and max(float(p.detach().abs().max()) for p in lora_b) > 0  # peft starts B at 0: the adapter trained
+
+    ids = torch.tensor([[5, 17, 99, 300, 41, 8]])
+    with torch.no_grad():
+        adapted = reloaded(input_ids=ids).logits
+        merged = AutoModelForCausalLM.from_pretrained(ckpt / "merged")(input_ids=ids).logits
+        plain = base(input_ids=ids).logits
+        merged_on_load = load_model(str(ckpt), "cpu", torch.float32)(input_ids=ids).logits  # adapter="merge"
+    torch.testing.assert_close(merged, adapted, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(merged_on_load, adapted, rtol=1e-5, atol=1e-5)
+    assert float((adapted - plain).abs().max()) > 1e-4
+
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
+    n_adapter = sum(1 for n, _ in reloaded.named_parameters() if "lora_" in n)
+    assert len(state["optimizer"]["state"]) == n_adapter  # the optimizer holds the adapter only
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("train/kl") is not None and r["iteration"] == 2 for r in rows)
+
+    # --resume continues the adapter run
+    assert main(["--resume", str(out), "--iterations", "3"]) == 0
+    assert (out / "checkpoints" / "iter_3" / "adapter_config.json").is_file()
+
+
+def test_merged_state_dict_is_w_plus_scaled_ba(tiny):
+    model = add_lora(load_model_copy(tiny[0]), rank=2, alpha=6, dropout=0.0, targets="q_proj,v_proj")
+    for n, p in model.named_parameters():
+        if "lora_B" in n:
+            torch.nn.init.normal_(p, std=0.1)  # peft starts B at 0; make the adapter matter
+    weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    merged = merged_state_dict(weights, model)
+    assert set(merged) == set(tiny[0].state_dict())  # plain Hugging Face names, nothing else
+    prefix = "base_model.model.model.layers.0.self_attn.q_proj"
+    a, b = weights[f"{prefix}.lora_A.default.weight"], weights[f"{prefix}.lora_B.default.weight"]
+    w = weights[f"{prefix}.base_layer.weight"]
+    torch.testing.assert_close(merged["model.layers.0.self_attn.q_proj.weight"], w + 3.0 * b @ a)  # 6 / 2
+    torch.testing.assert_close(merged["model.layers.0.self_attn.k_proj.weight"],
+                               tiny[0].state_dict()["model.layers.0.self_attn.k_proj.weight"])  # fmt: skip
+    reference = model.merge_and_unload().state_dict()
+    for k in reference:
+        torch.testing.assert_close(merged[k], reference[k], rtol=1e-6, atol=1e-6)
+
+
+def load_model_copy(model):
+    import copy
+
+    return copy.deepcopy(model)
+
+
+def samples(n: int = 6) -> list[Sample]:
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for i in range(n):
+        prompt = torch.randint(10, 900, (4 + i,), generator=g).tolist()
+        response = torch.randint(10, 900, (1 + i % 3,), generator=g).tolist()
+        out.append(Sample(prompt, response, (-1) ** i * 0.5, [-6.0] * len(response)))
+    return out
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(tiny):
+    grads = []
+    for checkpointing in (False, True):
+        model = load_model_copy(tiny[0])
+        if checkpointing:
+            enable_gradient_checkpointing(model)
+        lrn = Learner(model, LearnerConfig(lr=0.0, micro_batch_size=4, num_minibatches=1), pad_id=0)
+        lrn.update(samples())  # lr 0: the weights stay, the gradients are kept
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for n in grads[0]:
+        torch.testing.assert_close(grads[1][n], grads[0][n], rtol=1e-5, atol=1e-7)
+
+
+def test_bf16_autocast_update_runs_on_cpu(tiny):
+    model = load_model_copy(tiny[0])
+    before = model.lm_head.weight.clone()
+    stats = Learner(model, LearnerConfig(autocast="bf16", num_minibatches=1), pad_id=0).update(samples())
+    assert torch.isfinite(torch.tensor(stats["train/loss"])) and stats["train/skipped_frac"] == 0.0
+    assert model.lm_head.weight.dtype == torch.float32 and not torch.equal(model.lm_head.weight, before)
+
+
+def test_torchrun_fsdp_end_to_end(tmp_path, tiny_path):
+    out = tmp_path / "run"
+    proc = torchrun(["-m", "algos.train", "--iterations", "2", "--output-dir", str(out), *TINY_RUN])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("run directory:") == 1  # rank 0 speaks
+    assert len(list(out.glob("events.out.tfevents.*"))) == 1  # and writes
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows if "train/loss" in r] == [1, 2]
+    assert all(r["memory/peak_rss_gib"] > 0 for r in rows if "train/loss" in r)
+    assert len(json.loads((out / "memory.json").read_text())["ranks"]) == 2
+    ckpt = out / "checkpoints" / "iter_2"
+    trained = AutoModelForCausalLM.from_pretrained(ckpt)  # full weights gathered into HF format
+    warm = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "iter_0")
+    assert any(not torch.equal(a, b) for a, b in zip(trained.parameters(), warm.parameters()))
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
+    assert state["world"] == {"size": 2, "parallel": "fsdp"} and len(state["rng_ranks"]) == 2
+    # one process cannot resume a 2-rank run exactly: one line, exit 2
+    assert main(["--resume", str(out), "--iterations", "3"]) == 2
+
+
+def traj(gid: int, tid: int, seed: int, n_steps: int = 2) -> Trajectory:
+    steps = [Step(gid, tid, t, "s", "o", [1], [2], [0.0], "r", "a", "ok", True, 0.0, False, False, False)
+             for t in range(n_steps)]  # fmt: skip
+    return Trajectory(gid, tid, seed, "task", steps)
+
+
+def test_collect_share_numbers_like_one_process():
+    def collect(seeds, sizes, gid, tid):
+        out = []
+        for g, (seed, size) in enumerate(zip(seeds, sizes)):
+            for _ in range(size):
+                out.append(traj(gid + g, tid + len(out), seed))
+        return out
+
+    seeds, sizes = [7, 8, 9], [3, 2, 4]
+    direct = collect(seeds, sizes, 10, 100)
+    for capacity in (4, 9):  # in passes, or at once
+        shared, mine = distributed.collect_share(collect, capacity, seeds, sizes, 10, 100, distributed.SINGLE)
+        assert mine == {10, 11, 12}
+        assert [(t.group_id, t.traj_id, t.seed) for t in shared] == [(t.group_id, t.traj_id, t.seed) for t in direct]
+        assert all(s.group_id == t.group_id and s.traj_id == t.traj_id for t in shared for s in t.steps)
+
+
+def test_deal_balances_rollouts():
+    world = distributed.World(0, 3)
+    owner = distributed.deal([8, 8, 2, 2, 2, 2, 8], world)
+    loads = [sum(s for s, o in zip([8, 8, 2, 2, 2, 2, 8], owner) if o == r) for r in range(3)]
+    assert owner == [0, 1, 2, 2, 2, 2, 0] and loads == [16, 8, 8]
+    assert distributed.aligned_chunks([1, 2, 3], 2, distributed.SINGLE) == [[1, 2], [3]]
+
+
+def test_merge_stats_over_ranks():
+    per_rank = [({"train/loss": 1.0, "train/ratio_max": 1.2, "train/clip_frac": 0.2}, {"train/loss": 2.0,
+                 "train/ratio_max": 1.0, "train/clip_frac": 10.0}),  # fmt: skip
+                ({"train/loss": 0.5, "train/ratio_max": 1.5, "train/clip_frac": 0.0}, {"train/loss": 2.0,
+                 "train/ratio_max": 1.0, "train/clip_frac": 30.0})]  # fmt: skip
+    merged = merge_stats(per_rank)
+    assert merged["train/loss"] == pytest.approx(0.75)  # shares of one loss add up: 0.5 + 0.25
+    assert merged["train/ratio_max"] == 1.5
+    assert merged["train/clip_frac"] == pytest.approx(0.2 / 40)  # token-weighted
+    metrics = distributed.merge_metrics([{"reward/env": 1.0, "reward/errors": 2.0}, {"reward/env": float("nan"),
+                                          "reward/errors": 1.0}])  # fmt: skip
+    assert metrics == {"reward/env": 1.0, "reward/errors": 3.0}
+
+
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--parallel", "zero3"], "parallel"),
+        (["--lora-save-merged"], "--lora-rank"),
+        (["--lora-rank", "4", "--lora-dropout", "1"], "lora_dropout"),
+        (["--lora-rank", "-1"], "lora_rank"),
+        (["--lora-rank", "4", "--lora-target-modules", ","], "lora-target-modules"),
+        (["--autocast", "fp8"], "autocast"),
+    ],
+)
+def test_scale_flags_bad_input_is_one_line(capsys, flags, needle):
+    assert main(["--iterations", "1", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and needle in err and len(err.splitlines()) == 1
+
+
+def test_more_ranks_than_groups_is_one_line(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert main(["--iterations", "1", "--num-groups", "2"]) == 2
+    assert "smaller than the number of processes" in capsys.readouterr().err
