@@ -13,7 +13,9 @@ learner computes the same quantity, so with this backend the ratio starts at exa
 causal LM with left padding and a KV cache, batched in chunks of similar prompt length.
 `agents.vllm_backend.VLLMBackend` serves the same protocol from a vLLM engine. Both have
 `sync(model)` (after a policy update: make generation use the new weights) and `release()`
-(before the update: free what generation holds); for this backend both are no-ops.
+(before the update: free what generation holds). For this backend `release` is a no-op, and so
+is `sync` when it samples from the trained model itself; under FSDP it samples from a full copy
+that `sync` refreshes from the gathered weights.
 """
 
 from __future__ import annotations

@@ -263,6 +263,10 @@ def check_scale(cfg: Config) -> None:
     if cfg.lora_rank and not cfg.lora_target_modules.strip(" ,"):
         raise ConfigError("--lora-target-modules is empty; use all-linear or module names like q_proj,v_proj")
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and cfg.backend == "vllm":
+        raise ConfigError("--backend vllm under torchrun is not supported yet (the in-process engine and the "
+                          "training process group collide); use the HF backend with several ranks, or vLLM "
+                          "with one process")  # fmt: skip
     if world > cfg.num_groups:
         raise ConfigError(f"num_groups ({cfg.num_groups}) is smaller than the number of processes ({world}): "
                           "some ranks would collect nothing; raise --num-groups")  # fmt: skip
@@ -493,8 +497,8 @@ def validate(cfg: Config) -> None:
             raise ConfigError("--device cuda asked for, but no CUDA device is visible; use --device cpu")
     elif cfg.device not in ("auto", "cpu"):
         raise ConfigError(f"unknown device {cfg.device!r}; use auto, cpu or cuda[:N]")
-    check_backend(cfg)
     check_scale(cfg)
+    check_backend(cfg)
     if model_missing(cfg.model):
         raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, or tiny")
     check_env_id(cfg.env)

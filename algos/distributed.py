@@ -129,10 +129,11 @@ def is_sharded(model) -> bool:
 
 
 def full_state_dict(model, rank0_only: bool = False) -> dict[str, torch.Tensor]:
-    """The full, unsharded weights on CPU (a collective under FSDP: every rank must call it).
-    `rank0_only`: other ranks get {} (saves their memory when only rank 0 writes)."""
+    """The full, unsharded weights (a collective under FSDP: every rank must call it; they are
+    gathered to CPU). `rank0_only`: other ranks get {} (when only rank 0 writes). An unsharded
+    model's own state dict is returned as it is."""
     if not is_sharded(model):
-        return {k: v.detach().cpu() for k, v in getattr(model, "module", model).state_dict().items()}
+        return getattr(model, "module", model).state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=rank0_only))

@@ -205,3 +205,5 @@ def test_more_ranks_than_groups_is_one_line(capsys, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     assert main(["--iterations", "1", "--num-groups", "2"]) == 2
     assert "smaller than the number of processes" in capsys.readouterr().err
+    assert main(["--iterations", "1", "--backend", "vllm"]) == 2
+    assert "not supported yet" in capsys.readouterr().err

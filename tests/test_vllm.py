@@ -165,11 +165,14 @@ def test_check_gap_rejects_nan():
         check_gap({"sync/logprob_diff_max": float("nan")}, 1e-3, "warm-up")
 
 
-def test_two_iteration_training_run_with_vllm(tmp_path):
+@pytest.mark.parametrize("lora", [[], ["--lora-rank", "4", "--lr", "3e-3", "--lora-save-merged"]], ids=["full", "lora"])
+def test_two_iteration_training_run_with_vllm(tmp_path, lora):
+    """With LoRA the engine serves W + scale * B @ A computed at every sync: the check after each
+    update proves the merge is right (the adapter's B is nonzero from the first step on)."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "algos.train", "--backend", "vllm", "--iterations", "2", "--num-groups", "2",
            "--group-size", "2", "--sft-steps", "5", "--sft-episodes", "8", "--eval-episodes", "2",
-           "--vllm-kv-cache-gib", "0.25", "--max-extra-groups", "2", "--output-dir", str(out)]  # fmt: skip
+           "--vllm-kv-cache-gib", "0.25", "--max-extra-groups", "2", "--output-dir", str(out), *lora]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -179,7 +182,7 @@ def test_two_iteration_training_run_with_vllm(tmp_path):
     trained = [r for r in rows if "train/loss" in r]
     assert len(trained) == 2 and all("rollout_is/ratio_mean" in r for r in trained)  # auto: token-level correction
     # The checkpoint loads in vLLM as saved, and the engine agrees with transformers on it.
-    ckpt = str(out / "checkpoints" / "iter_2")
+    ckpt = str(out / "checkpoints" / "iter_2" / ("merged" if lora else ""))
     model, tokenizer = load_model(ckpt, "cpu", torch.float32), load_tokenizer(ckpt)
     config = EngineConfig(dtype="float32", max_model_len=1040, kv_cache_gib=0.25, gpu_memory_utilization=0.2)
     engine = VLLMBackend(ckpt, [tokenizer.eos_token_id], config, on_gpu=torch.cuda.is_available())
