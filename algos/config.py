@@ -433,7 +433,7 @@ def _cuda_available() -> bool:
 
 def validate(cfg: Config) -> None:
     """Checks before the model loads (the env is made once). Raises ConfigError."""
-    from agents.model import model_missing
+    from agents.model import adapter_base, is_adapter, model_missing
     from agents.prompt import TEMPLATES
 
     check_choice("algo", cfg.algo, ALGOS)
@@ -501,6 +501,9 @@ def validate(cfg: Config) -> None:
     check_backend(cfg)
     if model_missing(cfg.model):
         raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, or tiny")
+    if is_adapter(os.path.expanduser(cfg.model)) and model_missing(adapter_base(os.path.expanduser(cfg.model))):
+        raise ConfigError(f"{cfg.model} is a LoRA adapter whose base model "
+                          f"{adapter_base(os.path.expanduser(cfg.model))!r} is not here")  # fmt: skip
     check_env_id(cfg.env)
     check_env_make(cfg)
     from algos.scoring import check_reward

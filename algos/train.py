@@ -128,7 +128,10 @@ def build(cfg: Config, world=distributed.SINGLE, device: str | None = None):
     model = load_model(path, device, getattr(torch, cfg.dtype), cfg.trust_remote_code,
                        adapter="train" if cfg.lora_rank else "merge")  # fmt: skip
     if cfg.lora_rank and not hasattr(model, "peft_config"):
-        model = add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
+        try:
+            model = add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_target_modules)
+        except ValueError as e:  # peft: no such module in this model
+            raise ConfigError(f"--lora-target-modules {cfg.lora_target_modules}: {str(e).splitlines()[0]}") from e
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     sampler_model = copy.deepcopy(model) if world.enabled and cfg.parallel == "fsdp" else model

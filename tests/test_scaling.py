@@ -193,12 +193,20 @@ def test_merge_stats_over_ranks():
         (["--lora-rank", "-1"], "lora_rank"),
         (["--lora-rank", "4", "--lora-target-modules", ","], "lora-target-modules"),
         (["--autocast", "fp8"], "autocast"),
+        (["--lora-rank", "4", "--lora-target-modules", "no_such_proj"], "no_such_proj"),
     ],
 )
 def test_scale_flags_bad_input_is_one_line(capsys, flags, needle):
     assert main(["--iterations", "1", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and needle in err and len(err.splitlines()) == 1
+
+
+def test_adapter_without_its_base_model_is_one_line(tmp_path, capsys):
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/nowhere/base"}))
+    assert main(["--iterations", "1", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "LoRA adapter" in err and "/nowhere/base" in err and len(err.splitlines()) == 1
 
 
 def test_more_ranks_than_groups_is_one_line(capsys, monkeypatch):
