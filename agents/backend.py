@@ -58,6 +58,9 @@ class HFBackend:
     def release(self) -> None:
         """Nothing to free between rollouts and updates."""
 
+    def close(self) -> None:
+        """Nothing to shut down."""
+
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> tuple[list[list[int]], list[list[float]]]:
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))

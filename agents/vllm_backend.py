@@ -28,6 +28,7 @@ torch; scripts/setup.sh removes them).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -101,6 +102,8 @@ class VLLMBackend:
         )
         if engine.kv_cache_gib > 0 or not on_gpu:
             kwargs["kv_cache_memory_bytes"] = int((engine.kv_cache_gib or CPU_KV_CACHE_GIB) * 2**30)
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a torchrun rank: join its world, do not make one
+            kwargs["distributed_executor_backend"] = "external_launcher"
         if on_gpu:
             kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
             kwargs["enable_sleep_mode"] = engine.sleep
@@ -135,6 +138,11 @@ class VLLMBackend:
             ids.append(tokens)
             logps.append([float(step[t].logprob) for step, t in zip(completion.logprobs, tokens)])
         return ids, logps
+
+    def close(self) -> None:
+        """Shut the engine down now (under torchrun: before the process group it joined is destroyed)."""
+        with contextlib.suppress(Exception):
+            self.llm.llm_engine.engine_core.shutdown()
 
     def release(self) -> None:
         """Free the KV cache (and offload weights) while the learner updates; GPU sleep mode only."""

@@ -263,10 +263,12 @@ def check_scale(cfg: Config) -> None:
     if cfg.lora_rank and not cfg.lora_target_modules.strip(" ,"):
         raise ConfigError("--lora-target-modules is empty; use all-linear or module names like q_proj,v_proj")
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and cfg.backend == "vllm":
-        raise ConfigError("--backend vllm under torchrun is not supported yet (the in-process engine and the "
-                          "training process group collide); use the HF backend with several ranks, or vLLM "
-                          "with one process")  # fmt: skip
+    if world > 1 and cfg.backend == "vllm" and cfg.parallel != "ddp":
+        raise ConfigError("--backend vllm under torchrun needs --parallel ddp: with FSDP the in-process engines "
+                          "break the sharded optimizer-state gather of checkpoints (docs/scaling.md)")  # fmt: skip
+    if world > 1 and cfg.backend == "vllm" and cfg.vllm_tensor_parallel_size > 1:
+        raise ConfigError("--vllm-tensor-parallel-size > 1 under torchrun is not supported: each rank runs its own "
+                          "engine; use one process per node for tensor-parallel engines (docs/scaling.md)")  # fmt: skip
     if world > cfg.num_groups:
         raise ConfigError(f"num_groups ({cfg.num_groups}) is smaller than the number of processes ({world}): "
                           "some ranks would collect nothing; raise --num-groups")  # fmt: skip

@@ -342,7 +342,7 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
     say(f"checkpoint: {path}", file=sys.stderr)
     run.write_json("memory.json", {"ranks": distributed.gather(distributed.peak_memory_gib(device), world)})
     run.close()
-    distributed.close()
+    agent.backend.close()  # a vLLM engine leaves the process group before main() destroys it
     return run
 
 
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     except (SyncError, NumericError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    finally:
+    finally:  # after train() returned: a DDP module still alive would hang on a destroyed group
         distributed.close()
     return 0
 

@@ -1,7 +1,7 @@
 """Peak memory per rank: the default model and a larger one, full / LoRA / checkpointing / DDP / FSDP.
 
     python -m scripts.bench_memory [--models tiny small] [--variants full lora ckpt ddp fsdp]
-        [--iterations 2] [--out runs/bench_memory]
+        [--iterations 1] [--out runs/bench_memory]
 
 Every variant is a real short training run of `python -m algos.train` (through torchrun for the
 2-rank variants) with the same rollout budget; the trainer writes each rank's peak resident
@@ -30,7 +30,7 @@ VARIANTS = {  # name: (processes, trainer flags)
     "ddp": (2, ["--parallel", "ddp"]),
     "fsdp": (2, ["--parallel", "fsdp"]),
 }
-RUN = ["--num-groups", "4", "--group-size", "4", "--sft-steps", "5", "--sft-episodes", "8", "--eval-episodes", "0",
+RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "5", "--sft-episodes", "8", "--eval-episodes", "0",
        "--max-new-tokens", "16", "--no-dynamic-sampling", "--transcript-every", "0"]  # fmt: skip
 
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m scripts.bench_memory", description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", default=["tiny", "small"])
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    p.add_argument("--iterations", type=int, default=2)
+    p.add_argument("--iterations", type=int, default=1)
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", default="runs/bench_memory")
     args = p.parse_args(argv)

@@ -7,6 +7,7 @@ in one process on all the samples, and the weights after two optimizer steps mus
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +21,19 @@ sys.path.insert(0, str(Path(__file__).parent))
 import dist_worker  # noqa: E402
 
 
-def torchrun(args: list[str], nproc: int = 2, timeout: int = 600, **kw) -> subprocess.CompletedProcess:
+def torchrun(args: list[str], nproc: int = 2, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Launch with torchrun; on a timeout the whole process group goes (ranks included), then it fails."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, **kw)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"torchrun {' '.join(args)} hung for {timeout} s: {err[-2000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 @pytest.fixture(scope="module")

@@ -213,5 +213,8 @@ def test_more_ranks_than_groups_is_one_line(capsys, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     assert main(["--iterations", "1", "--num-groups", "2"]) == 2
     assert "smaller than the number of processes" in capsys.readouterr().err
-    assert main(["--iterations", "1", "--backend", "vllm"]) == 2
-    assert "not supported yet" in capsys.readouterr().err
+    assert main(["--iterations", "1", "--num-groups", "4", "--backend", "vllm"]) == 2
+    assert "needs --parallel ddp" in capsys.readouterr().err
+    flags = ["--backend", "vllm", "--parallel", "ddp", "--vllm-tensor-parallel-size", "2"]
+    assert main(["--iterations", "1", "--num-groups", "4", *flags]) == 2
+    assert "tensor-parallel-size > 1 under torchrun" in capsys.readouterr().err

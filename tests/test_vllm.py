@@ -189,3 +189,23 @@ def test_two_iteration_training_run_with_vllm(tmp_path, lora):
     prompts = _prompts(tokenizer)
     gap = logprob_gap(engine, model, prompts, Sampling(max_new_tokens=8), 1.0, tokenizer.pad_token_id)
     assert gap["sync/logprob_diff_max"] < tolerance_for("float32")
+
+
+def test_two_ranks_each_with_its_own_vllm_engine(tmp_path):
+    """torchrun with --parallel ddp: every rank's engine passes the sync check after every update,
+    and the engines leave the process group cleanly (no traceback at exit)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_distributed import torchrun
+
+    out = tmp_path / "run"
+    proc = torchrun(["-m", "algos.train", "--backend", "vllm", "--parallel", "ddp", "--iterations", "2",
+                     "--num-groups", "2", "--group-size", "2", "--sft-steps", "5", "--sft-episodes", "8",
+                     "--eval-episodes", "2", "--vllm-kv-cache-gib", "0.25", "--max-new-tokens", "8",
+                     "--output-dir", str(out)])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    synced = [r for r in rows if "sync/logprob_diff_max" in r]
+    assert [r["iteration"] for r in synced] == [0, 1, 2]
+    assert all(r["sync/logprob_diff_max"] < tolerance_for("float32") for r in synced)  # the worst rank's gap
+    assert (out / "checkpoints" / "iter_2" / "model.safetensors").is_file()
