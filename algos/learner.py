@@ -248,7 +248,7 @@ def merge_stats(per_rank: list[tuple[dict, dict]]) -> dict[str, float]:
     """Per-rank (sums, weights) of the update's metrics -> one value each: `_max` / `_min` over
     ranks, train/loss summed (each rank holds its share of the global loss), the rest weighted means."""
     out = {}
-    for k in per_rank[0][0]:
+    for k in dict.fromkeys(k for sums, _ in per_rank for k in sums):  # every rank's keys, in order
         means = [sums[k] / counts[k] for sums, counts in per_rank if counts.get(k, 0) > 0]
         if not means:
             continue
@@ -259,7 +259,7 @@ def merge_stats(per_rank: list[tuple[dict, dict]]) -> dict[str, float]:
         elif k == "train/loss":
             out[k] = sum(means)
         else:
-            out[k] = sum(s[k] for s, _ in per_rank) / sum(c[k] for _, c in per_rank)
+            out[k] = sum(s.get(k, 0.0) for s, _ in per_rank) / sum(c.get(k, 0.0) for _, c in per_rank)
     return out
 
 
@@ -412,12 +412,11 @@ class Learner:
             self.optimizer.step()
             self.scheduler.step()
         stats = {f"train/{k}": (s / n, n) for k, (s, n) in acc.items() if n > 0}
-        stats["train/clip_frac"] = stats.pop("train/clipped")
-        stats["train/clip_frac_low"] = stats.pop("train/clipped_low")
-        stats["train/clip_frac_high"] = stats.pop("train/clipped_high")
-        if "train/dual_clipped" in stats:
-            stats["train/dual_clip_frac"] = stats.pop("train/dual_clipped")
-        stats["train/ratio_mean"] = stats.pop("train/ratio")
+        renamed = {"clipped": "clip_frac", "clipped_low": "clip_frac_low", "clipped_high": "clip_frac_high",
+                   "dual_clipped": "dual_clip_frac", "ratio": "ratio_mean"}  # fmt: skip
+        for k, new in renamed.items():  # a rank with no samples in this mini-batch has none of them
+            if f"train/{k}" in stats:
+                stats[f"train/{new}"] = stats.pop(f"train/{k}")
         stats["train/ratio_max"] = (ratio_max, 1.0)
         stats["train/grad_norm"] = (grad_norm, 1.0)
         stats["train/lr"] = (self.scheduler.get_last_lr()[0], 1.0)

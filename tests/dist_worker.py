@@ -29,6 +29,8 @@ CASES = [
     ("ddp-grpo", "ddp", dict(loss_type="grpo")),
     ("fsdp-dr_grpo", "fsdp", dict(loss_type="dr_grpo")),
     ("fsdp-dapo-kl", "fsdp", dict(loss_type="dapo", beta=0.1)),
+    ("fsdp-idle-rank", "fsdp", dict(loss_type="grpo", split=14)),  # rank 1 has no sample at all
+    ("ddp-idle-rank", "ddp", dict(loss_type="dapo", split=14)),
 ]
 BASE = LearnerConfig(lr=0.05, ppo_epochs=2, num_minibatches=1, micro_batch_size=3, max_new_tokens=8,
                      max_grad_norm=1e9)
@@ -58,14 +60,14 @@ def samples(n: int = 14) -> list[Sample]:
     ]
 
 
-def share(items: list, rank: int, size: int) -> list:
-    """Unequal contiguous blocks: rank 0 gets 9 of 14, rank 1 gets 5."""
-    cut = [0, 9, len(items)] if size == 2 else [round(len(items) * r / size) for r in range(size + 1)]
+def share(items: list, rank: int, size: int, split: int = 9) -> list:
+    """Unequal contiguous blocks: rank 0 gets `split` of 14 (9 by default), rank 1 the rest."""
+    cut = [0, split, len(items)] if size == 2 else [round(len(items) * r / size) for r in range(size + 1)]
     return items[cut[rank] : cut[rank + 1]]
 
 
 def learner(net, options: dict, world, parallel: str) -> Learner:
-    cfg = replace(BASE, **options)
+    cfg = replace(BASE, **{k: v for k, v in options.items() if k != "split"})
     ref = None
     if cfg.beta > 0:
         ref = model().eval().requires_grad_(False)
@@ -93,7 +95,7 @@ def main(out_dir: str) -> None:
     for name, parallel, options in CASES:
         net = model()
         lrn = learner(net, options, world, parallel)
-        stats = lrn.update(share(data, world.rank, world.size))
+        stats = lrn.update(share(data, world.rank, world.size, options.get("split", 9)))
         weights = distributed.full_state_dict(lrn.model, rank0_only=True)
         if world.main:
             torch.save({"weights": weights, "stats": stats}, f"{out_dir}/{name}.pt")
