@@ -19,7 +19,10 @@ everything here is a no-op for one process. With them:
 - collectives must run in the same order on every rank, so ranks with fewer micro-batches
   than the busiest one run zero-weighted dummy micro-batches (`aligned_chunks`);
 - rank 0 alone writes logs and checkpoints; checkpoints gather full weights into Hugging Face
-  format (and the full optimizer state for --resume).
+  format (and the full optimizer state for --resume);
+- generation: the HF backend samples from the trained module (DDP) or from a full copy that is
+  refreshed from the gathered weights (FSDP); vLLM engines, one per rank, join the torchrun
+  world through vLLM's external_launcher executor (with --parallel ddp only; docs/scaling.md).
 
 CPU processes use the gloo backend, GPUs NCCL. Deliberately left out: tensor/pipeline
 parallelism of the learner (FSDP covers models that fit in the sum of the ranks' memory) and
