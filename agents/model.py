@@ -177,6 +177,11 @@ def is_adapter(path: str) -> bool:
     )
 
 
+def is_model_dir(path) -> bool:
+    """A saved model: Hugging Face weights (config.json) or a LoRA adapter."""
+    return os.path.isfile(os.path.join(path, "config.json")) or is_adapter(str(path))
+
+
 def adapter_base(path: str) -> str:
     """The base model an adapter checkpoint was trained on (recorded by peft)."""
     import json

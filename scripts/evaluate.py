@@ -68,7 +68,7 @@ def load_run_config(checkpoint: str):
 
 def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     """(report, episodes by policy)."""
-    from agents.model import model_missing
+    from agents.model import is_model_dir, model_missing
     from algos.config import ConfigError, env_kwargs, key_value_pairs, validate
     from algos.evaluation import ScriptedAgent, held_out_seeds, play, summarize
     from algos.train import build
@@ -78,12 +78,13 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     if args.samples < 1 or args.max_envs < 1:
         raise ConfigError("--samples and --max-envs must be >= 1")
     path = Path(args.checkpoint).expanduser()
-    if not (path / "config.json").is_file():
-        raise ConfigError(f"checkpoint {args.checkpoint!r} not found (expected a folder with config.json, "
-                          "e.g. runs/RUN/checkpoints/iter_N)")  # fmt: skip
+    if not is_model_dir(path):
+        raise ConfigError(f"checkpoint {args.checkpoint!r} not found (expected a folder with config.json or a "
+                          "LoRA adapter, e.g. runs/RUN/checkpoints/iter_N)")  # fmt: skip
     cfg, from_trainer = load_run_config(str(path))
     base_model = args.base_model or cfg.model
     cfg.model, cfg.output_dir, cfg.sft_steps = str(path), "", 0
+    cfg.lora_rank, cfg.lora_save_merged = 0, False  # a LoRA checkpoint is evaluated with its adapter merged
     if args.env and args.env != cfg.env:  # another env: the checkpoint's knobs were for its own
         cfg.env, cfg.env_kwargs = args.env, {}
     if args.env_kwargs:
@@ -97,7 +98,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     cfg.seed = args.seed
     validate(cfg)  # env id, knobs, backend: before the model loads
     warm = path.parent / "iter_0"  # the same run's model right after its SFT warm-up
-    if "warm" in args.baselines and (not (warm / "config.json").is_file() or warm.resolve() == path.resolve()):
+    if "warm" in args.baselines and (not is_model_dir(warm) or warm.resolve() == path.resolve()):
         raise ConfigError(f"--baselines warm needs the run's warmed-up checkpoint {warm} (saved after a warm-up)")
     if "base" in args.baselines:  # the model the run started from
         if not from_trainer and not args.base_model:

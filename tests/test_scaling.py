@@ -61,6 +61,14 @@ def test_lora_two_iterations_save_reload_and_base_untouched(tmp_path, tiny_path)
     # --resume continues the adapter run
     assert main(["--resume", str(out), "--iterations", "3"]) == 0
     assert (out / "checkpoints" / "iter_3" / "adapter_config.json").is_file()
+    # scripts.evaluate takes the adapter checkpoint, and the warm-up's (also an adapter) as a baseline
+    from scripts.evaluate import main as evaluate
+
+    report = tmp_path / "eval.json"
+    assert evaluate(["--checkpoint", str(out / "checkpoints" / "iter_3"), "--episodes", "2", "--output", str(report),
+                     "--baselines", "warm"]) == 0  # fmt: skip
+    policies = json.loads(report.read_text())["policies"]
+    assert {"model", "warm"} <= set(policies) and 0.0 <= policies["model"]["success_rate"] <= 1.0
 
 
 def test_merged_state_dict_is_w_plus_scaled_ba(tiny):
