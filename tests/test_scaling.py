@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def test_bf16_autocast_update_runs_on_cpu(tiny):
 
 def test_torchrun_fsdp_end_to_end(tmp_path, tiny_path):
     out = tmp_path / "run"
-    proc = torchrun(["-m", "algos.train", "--iterations", "2", "--output-dir", str(out), *TINY_RUN])
+    proc = torchrun(["-m", "algos.train", "--iterations", "2", "--save-every", "1", "--output-dir", str(out), *TINY_RUN])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("run directory:") == 1  # rank 0 speaks
     assert len(list(out.glob("events.out.tfevents.*"))) == 1  # and writes
@@ -138,6 +139,18 @@ def test_torchrun_fsdp_end_to_end(tmp_path, tiny_path):
     assert any(not torch.equal(a, b) for a, b in zip(trained.parameters(), warm.parameters()))
     state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
     assert state["world"] == {"size": 2, "parallel": "fsdp"} and len(state["rng_ranks"]) == 2
+    # the run dies after iteration 1's checkpoint; 2 ranks resume it and log what it logged
+    crashed = tmp_path / "crashed"
+    shutil.copytree(out, crashed)
+    shutil.rmtree(crashed / "checkpoints" / "iter_2")
+    proc = torchrun(["-m", "algos.train", "--resume", str(crashed)])
+    assert proc.returncode == 0 and "resuming after iteration 1" in proc.stderr, proc.stderr[-3000:]
+
+    def metrics(run):  # time and memory are measured, the rest is computed
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if not k.startswith(("time/", "memory/"))} for r in rows]
+
+    assert metrics(crashed) == metrics(out)  # every rank's RNGs, the sharded optimizer state, the sampler
     # one process cannot resume a 2-rank run exactly: one line, exit 2
     assert main(["--resume", str(out), "--iterations", "3"]) == 2
 
