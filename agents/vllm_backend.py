@@ -34,6 +34,7 @@ import os
 from dataclasses import dataclass
 
 from agents.backend import Sampling
+from algos.distributed import from_env, hf_weights
 
 CPU_KV_CACHE_GIB = 1.0  # KV cache of the CPU engine unless kv_cache_gib says otherwise
 
@@ -102,7 +103,7 @@ class VLLMBackend:
         )
         if engine.kv_cache_gib > 0 or not on_gpu:
             kwargs["kv_cache_memory_bytes"] = int((engine.kv_cache_gib or CPU_KV_CACHE_GIB) * 2**30)
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a torchrun rank: join its world, do not make one
+        if from_env().enabled:  # a torchrun rank: join its world, do not make one
             kwargs["distributed_executor_backend"] = "external_launcher"
         if on_gpu:
             kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
@@ -153,8 +154,6 @@ class VLLMBackend:
     def sync(self, model) -> None:
         """Load the model's current weights into the engine (names as in the HF checkpoint; a LoRA
         adapter merged in; gathered from every rank when the model is FSDP-sharded)."""
-        from algos.distributed import hf_weights
-
         if self.asleep:  # weights first, so the KV cache is not allocated while both copies live
             self.llm.wake_up(tags=["weights"])
         weights = list(hf_weights(model).items())

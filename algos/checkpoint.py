@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from agents.model import merged_state_dict
 from algos import distributed
 from algos.config import ConfigError
 from algos.distributed import SINGLE, World
@@ -138,10 +139,9 @@ def save(run: RunDir, it: int, model, tokenizer, learner: Learner | None, cfg, s
         state["scheduler"] = learner.scheduler.state_dict()
     if sampler is not None:
         state["sampler"], state["sampler_pool"] = sampler.state_dict(), len(sampler.tasks)
-    weights = distributed.full_state_dict(model, rank0_only=True) if distributed.is_sharded(model) else None
-    merged = None
-    if getattr(cfg, "lora_save_merged", False):
-        merged = distributed.hf_weights(model)
+    full = distributed.full_state_dict(model, rank0_only=True)  # gathered once (FSDP); else the model's own
+    weights = full if distributed.is_sharded(model) else None
+    merged = merged_state_dict(full, getattr(model, "module", model)) if cfg.lora_save_merged else None
     path = run.save_checkpoint(it, model, tokenizer, state, weights, merged)
     if world.main:
         prune(run.path, cfg.keep_checkpoints)

@@ -415,7 +415,9 @@ def check_scale(cfg: Config) -> None:
         raise ConfigError("--lora-save-merged needs --lora-rank > 0 (without LoRA checkpoints are full models)")
     if cfg.lora_rank and not cfg.lora_target_modules.strip(" ,"):
         raise ConfigError("--lora-target-modules is empty; use all-linear or module names like q_proj,v_proj")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    from algos.distributed import from_env
+
+    world = from_env().size
     if world > 1 and cfg.backend == "vllm" and cfg.parallel != "ddp":
         raise ConfigError("--backend vllm under torchrun needs --parallel ddp: with FSDP the in-process engines "
                           "break the sharded optimizer-state gather of checkpoints (docs/scaling.md)")  # fmt: skip

@@ -255,6 +255,8 @@ def collect_share(collect, capacity: int, seeds: list[int], sizes: list[int], fi
     (all trajectories in id order, the group ids this rank collected)."""
     from dataclasses import replace
 
+    if not world.enabled:  # one process collects everything, numbered as it is
+        return collect(seeds, sizes, first_group_id, first_traj_id), set(range(first_group_id, first_group_id + len(sizes)))
     owner = deal(sizes, world)
     offsets = [sum(sizes[:g]) for g in range(len(sizes))]
     mine = [g for g in range(len(sizes)) if owner[g] == world.rank]

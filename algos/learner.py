@@ -307,10 +307,7 @@ class Learner:
                 add("train/loss", loss)
                 for k, (v, w) in stats.items():
                     add(k, v, w)
-        if self.world.enabled:
-            out = merge_stats(gather((sums, counts), self.world))
-        else:
-            out = {k: sums[k] / counts[k] for k in sums if counts[k] > 0}
+        out = merge_stats(gather((sums, counts), self.world))  # over ranks (one rank: sums / counts)
         # With beta == 0 no reference model exists; train/kl then measures the drift from
         # the rollout policy (the same estimate as train/approx_kl).
         out.setdefault("train/kl", out.get("train/approx_kl", 0.0))

@@ -248,14 +248,12 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
         checkpoint.restore_rng(checkpoint.rank_rng(state, world), agent.backend,
                                learner if "optimizer" in state else None)  # fmt: skip
 
-    mine: set[int] = set()  # under torchrun: the group ids this rank collected this iteration
+    mine: set[int] = set()  # the group ids this rank collected this iteration (all of them in one process)
 
     def collect(seeds: list[int], sizes: list[int], first_group_id: int, first_traj_id: int):
         def local(seeds, sizes, gid, tid):
             return rescore(rewards, collector.collect(agent, seeds, tid, sizes, gid))
 
-        if not world.enabled:
-            return local(seeds, sizes, first_group_id, first_traj_id)
         trajs, owned = distributed.collect_share(local, len(collector.envs), seeds, sizes, first_group_id,
                                                  first_traj_id, world)  # fmt: skip
         mine.update(owned)
@@ -280,7 +278,7 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
         if steps:  # none when dynamic sampling found no informative group before its cap
             adv, adv_stats = compute_advantages(cfg, steps)  # every rank: all groups; each trains on its own
             samples = [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs)
-                       for s, a in zip(steps, adv) if not world.enabled or s.group_id in mine]  # fmt: skip
+                       for s, a in zip(steps, adv) if s.group_id in mine]  # fmt: skip
             agent.backend.release()  # GPU vLLM sleep mode: the update gets the KV cache's memory
             train_stats = learner.update(samples)
             bad_updates = bad_updates + 1 if train_stats.get("train/skipped_frac") == 1.0 else 0
@@ -295,9 +293,7 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
             t_sync = time.perf_counter() - t1 - t_train
 
         env_steps += sum(len(t.steps) for t in collected)
-        reward_stats = rewards.metrics()
-        if world.enabled:
-            reward_stats = distributed.merge_metrics(distributed.gather(reward_stats, world))
+        reward_stats = distributed.merge_metrics(distributed.gather(rewards.metrics(), world))  # over ranks
         metrics = {**rollout_metrics(collected), **reward_stats, **data_stats, **adv_stats, **train_stats}
         metrics["data/env_steps_total"] = float(env_steps)
         metrics.update(
