@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from agents.backend import Sampling
 from agents.parser import parse_action
 from agents.prompt import PromptBuilder
+from agents.stopwatch import Stopwatch
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class LLMAgent:
         self.prompts = prompts
         self.sampling = sampling
         self.max_prompt_tokens = max_prompt_tokens
+        self.stopwatch = Stopwatch()  # prompt / generate / parse seconds (the collector adds env)
 
     def prompt_ids(self, view: View) -> list[int]:
         """Chat-templated prompt; drops the oldest memory first if it grows too long."""
@@ -66,12 +68,15 @@ class LLMAgent:
     def act(self, views: list[View], sampling: Sampling | None = None) -> list[Act]:
         if not views:
             return []
-        prompts = [self.prompt_ids(v) for v in views]
-        responses, logprobs = self.backend.generate(prompts, sampling or self.sampling)
+        with self.stopwatch.section("prompt"):
+            prompts = [self.prompt_ids(v) for v in views]
+        with self.stopwatch.section("generate"):
+            responses, logprobs = self.backend.generate(prompts, sampling or self.sampling)
         acts = []
-        for view, p, r, lp in zip(views, prompts, responses, logprobs):
-            text = self.tokenizer.decode(r, skip_special_tokens=True)
-            admissible = list(view.admissible) if view.admissible is not None else None
-            command, status = parse_action(text, admissible)
-            acts.append(Act(command, status, text, p, r, lp))
+        with self.stopwatch.section("parse"):
+            for view, p, r, lp in zip(views, prompts, responses, logprobs):
+                text = self.tokenizer.decode(r, skip_special_tokens=True)
+                admissible = list(view.admissible) if view.admissible is not None else None
+                command, status = parse_action(text, admissible)
+                acts.append(Act(command, status, text, p, r, lp))
         return acts

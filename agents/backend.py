@@ -79,32 +79,23 @@ class HFBackend:
 
     def _generate_batch(self, prompts: list[list[int]], sampling: Sampling):
         batch = len(prompts)
-        input_ids, mask, positions = left_pad(prompts, self.pad_id, self.device)
+        logits, cache, mask, step_pos = self.prefill(prompts)
         eos = self.eos_ids.to(self.device)
         done = torch.zeros(batch, dtype=torch.bool, device=self.device)
         tokens, logprobs = [], []
-        cache = None
-        step_ids, step_pos = input_ids, positions
-        for _ in range(sampling.max_new_tokens):
-            out = self.model(
-                input_ids=step_ids,
-                attention_mask=mask,
-                position_ids=step_pos,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            cache = out.past_key_values
-            logits = out.logits[:, -1, :].float()  # [B, V]
+        for n in range(sampling.max_new_tokens):
             token, logprob = sample(logits, sampling, self.generator)
             token = torch.where(done, self.pad_id, token)  # finished rows idle on padding
             tokens.append(torch.where(done, -1, token))  # -1 marks "already finished"
             logprobs.append(logprob)
             done = done | torch.isin(token, eos)
-            if bool(done.all()):
+            if bool(done.all()) or n == sampling.max_new_tokens - 1:
                 break
-            step_ids = token[:, None]
-            step_pos = step_pos[:, -1:] + 1
+            step_pos = step_pos + 1  # one cached forward per token after the first
             mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=mask.device)], 1)
+            out = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=step_pos,
+                             past_key_values=cache, use_cache=True)  # fmt: skip
+            cache, logits = out.past_key_values, out.logits[:, -1, :].float()  # [B, V]
         tok = torch.stack(tokens, 1).tolist()  # [B, T]
         lp = torch.stack(logprobs, 1).tolist()
         out_ids, out_lp = [], []
@@ -113,6 +104,24 @@ class HFBackend:
             out_ids.append(tok[row][:n])
             out_lp.append(lp[row][:n])
         return out_ids, out_lp
+
+
+    def prefill(self, prompts: list[list[int]]):
+        """The prompts' forward pass: (next-token logits [B, V], KV cache, attention mask [B, T], last
+        positions [B, 1]). Equal prompts (a group's first step; rollouts that reach the same state with
+        the same memory) run once and their cache rows are copied, and only the last position goes
+        through the LM head."""
+        unique: dict[tuple[int, ...], int] = {}
+        rows = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
+        input_ids, mask, positions = left_pad([list(p) for p in unique], self.pad_id, self.device)
+        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=1)  # fmt: skip
+        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+        if len(unique) < len(prompts):
+            index = torch.tensor(rows, device=self.device)
+            cache.reorder_cache(index)  # rows of the unique prompts -> rows of the batch
+            logits, mask, positions = logits[index], mask[index], positions[index]
+        return logits, cache, mask, positions[:, -1:]
 
 
 def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -22,6 +22,7 @@ import gymnasium as gym
 import envs  # noqa: F401  (registers the built-in ids)
 from agents.agent import LLMAgent, View
 from agents.parser import OK
+from agents.stopwatch import Stopwatch
 
 _NOTED: set[str] = set()
 
@@ -171,7 +172,10 @@ class Collector:
         n = len(group)
         if n == 0:
             return []
-        obs, infos = zip(*(self.reset_env(i, seeds[group[i]]) for i in range(n)))
+        # env time goes beside the agent's prompt / generate / parse time (scripted agents have no clock)
+        clock = getattr(agent, "stopwatch", None) or Stopwatch()
+        with clock.section("env"):
+            obs, infos = zip(*(self.reset_env(i, seeds[group[i]]) for i in range(n)))
         obs, infos = list(obs), list(infos)
         if "state_key" not in infos[0]:
             note_once(f"{self.env_id} gives no info['state_key']: GiGPO anchor states fall back to the observation text")
@@ -184,7 +188,8 @@ class Collector:
             still = []
             for i, act in zip(active, acts):
                 sent = act.command or act.text.strip()
-                nxt, reward, term, trunc, info = self.step_env(i, sent, obs[i], infos[i])
+                with clock.section("env"):
+                    nxt, reward, term, trunc, info = self.step_env(i, sent, obs[i], infos[i])
                 rows[i].append(
                     dict(
                         state_key=str(infos[i].get("state_key", obs[i])),

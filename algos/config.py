@@ -225,6 +225,10 @@ class Config:
     autocast: str = "auto"
     """bf16 autocast of training and HF-backend forward passes: bf16, off, or auto (bf16 on GPUs
     that support it, off on CPU)."""
+    share_prompts: bool = True
+    """Samples of a micro-batch with equal prompts (a group's first step, equal states) run their
+    prompt through the model once; the same logprobs and gradients for less work (one process,
+    no gradient checkpointing)."""
     # -- warm-up (SFT on expert demonstrations) ---------------------------------------
     sft_steps: int | None = None
     """Supervised steps on expert_action demonstrations before RL; 0 skips warm-up.

@@ -37,21 +37,13 @@ import torch
 
 from agents.model import autocast
 from algos.distributed import SINGLE, World, aligned_chunks, all_sum, gather
+from algos.logprobs import Sample, collate, response_logprobs  # noqa: F401 (Sample, collate: re-exported)
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 IMPORTANCE_LEVELS = ("token", "sequence")
 ROLLOUT_IS_LEVELS = ("off", "token", "sequence")
 ROLLOUT_IS_MODES = ("truncate", "mask")
-
-
-@dataclass(frozen=True)
-class Sample:
-    prompt_ids: list[int]
-    response_ids: list[int]
-    advantage: float
-    old_logprobs: list[float]
-    is_weights: list[float] | None = None  # rollout-correction weights per token (None = 1)
 
 
 @dataclass(frozen=True)
@@ -77,55 +69,7 @@ class LearnerConfig:
     rollout_is_mode: str = "truncate"  # weights above the cap: truncated to it, or masked to 0
     rollout_is_cap: float = 2.0
     autocast: str = "off"  # bf16 autocast of the forward passes: bf16, off, auto (bf16 on capable GPUs)
-
-
-def collate(samples: list[Sample], pad_id: int, device) -> dict[str, torch.Tensor]:
-    """Left-pad prompt+response so every response ends at the last column."""
-    width = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
-    resp = max(len(s.response_ids) for s in samples)
-    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(samples), width), dtype=torch.long)
-    targets = torch.full((len(samples), resp), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(samples), resp))
-    old = torch.zeros((len(samples), resp))
-    weights = torch.ones((len(samples), resp))
-    for row, s in enumerate(samples):
-        seq = s.prompt_ids + s.response_ids
-        ids[row, width - len(seq) :] = torch.tensor(seq)
-        attn[row, width - len(seq) :] = 1
-        n = len(s.response_ids)
-        if n:
-            targets[row, resp - n :] = torch.tensor(s.response_ids)
-            mask[row, resp - n :] = 1.0
-            old[row, resp - n :] = torch.tensor(s.old_logprobs, dtype=torch.float)
-            if s.is_weights is not None:
-                weights[row, resp - n :] = torch.tensor(s.is_weights, dtype=torch.float)
-    adv = torch.tensor([s.advantage for s in samples], dtype=torch.float)
-    batch = dict(ids=ids, attn=attn, targets=targets, mask=mask, old=old, adv=adv, w=weights)
-    return {k: v.to(device) for k, v in batch.items()}
-
-
-def response_logprobs(
-    model, batch: dict, temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False
-):
-    """Per-token logprobs of the response tokens: ([B, R], entropy [B, R] or None)."""
-    resp = batch["targets"].shape[1]
-    positions = (batch["attn"].cumsum(-1) - 1).clamp(min=0)
-    # Only the last resp+1 positions are needed: skip the LM head over the prompt.
-    out = model(
-        input_ids=batch["ids"],
-        attention_mask=batch["attn"],
-        position_ids=positions,
-        logits_to_keep=resp + 1,
-    )
-    logits = out.logits[:, -resp - 1 : -1, :].float() / temperature  # [B, R, V]
-    logp_all = torch.log_softmax(logits, -1)
-    logp = logp_all.gather(-1, batch["targets"][..., None])[..., 0]
-    entropy = None
-    if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+    share_prompts: bool = True  # equal prompts of a micro-batch go through the model once (algos/logprobs.py)
 
 
 def rollout_is_weights(
@@ -279,6 +223,9 @@ class Learner:
         warmup = max(cfg.warmup_steps, 1)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min(1.0, (step + 1) / warmup))
         self.rng = random.Random(seed)
+        # Shared prompts run the model with a KV cache in training: not under gradient checkpointing
+        # (which turns the cache off) and not under DDP / FSDP, whose hooks expect one forward per backward.
+        self.share = cfg.share_prompts and not world.enabled and not getattr(model, "is_gradient_checkpointing", False)
 
     def update(self, samples: list[Sample]) -> dict[str, float]:
         """ppo_epochs x num_minibatches optimizer steps over the samples."""
@@ -319,7 +266,7 @@ class Learner:
         out, chunks = [], []
         with torch.no_grad():
             for chunk in aligned_chunks(samples, cfg.micro_batch_size, self.world):
-                batch = collate(chunk or [self._dummy], self.pad_id, self.device)
+                batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
                 with autocast(self.device, cfg.autocast):
                     logp, _ = response_logprobs(self.model, batch, cfg.temperature)
                 if chunk is None:  # this rank has run out: the pass only keeps the collectives in step
@@ -369,7 +316,10 @@ class Learner:
         num_seqs, num_tokens = (int(v) for v in all_sum([len(mini), sum(len(s.response_ids) for s in mini)],
                                                           self.world))  # fmt: skip
         scale = float(self.world.size)
-        mini = sorted(mini, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
+        if self.share:  # equal prompts side by side, so that a micro-batch holds all their copies
+            mini = sorted(mini, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.response_ids)))
+        else:  # little padding
+            mini = sorted(mini, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         acc = {k: [0.0, 0.0] for k in ("ratio", "clipped", "clipped_low", "clipped_high", "dual_clipped",
@@ -377,7 +327,7 @@ class Learner:
         ratio_max = 0.0
         chunks = aligned_chunks(mini, cfg.micro_batch_size, self.world)
         for n, chunk in enumerate(chunks):
-            batch = collate(chunk or [self._dummy], self.pad_id, self.device)
+            batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
             with self._accumulation(last=n == len(chunks) - 1):
                 with autocast(self.device, cfg.autocast):
                     logp, entropy = response_logprobs(self.model, batch, cfg.temperature, True, cfg.entropy_coef > 0)
@@ -430,7 +380,7 @@ class Learner:
         chunks = aligned_chunks(mine, self.cfg.micro_batch_size, self.world)
         total = 0.0
         for n, chunk in enumerate(chunks):
-            batch = collate(chunk or [self._dummy], self.pad_id, self.device)
+            batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
             with self._accumulation(last=n == len(chunks) - 1):
                 with autocast(self.device, self.cfg.autocast):
                     logp, _ = response_logprobs(self.model, batch)

@@ -75,6 +75,8 @@ from algos.weight_sync import SyncError, probe_prompts, sync_backend
 from envs import prompt_template
 
 DEFAULT_SFT_STEPS = 90
+# time/<section>_s of every iteration; env, prompt, generate and parse are parts of rollout
+TIME_SECTIONS = ("rollout", "env", "prompt", "generate", "parse", "advantage", "train", "sync", "log")
 
 
 def compute_advantages(cfg: Config, steps: list[Step]) -> tuple[np.ndarray, dict]:
@@ -266,55 +268,57 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
     last = cfg.iterations
     bar = tqdm(range(start + 1, cfg.iterations + 1), desc=f"{cfg.algo} {cfg.env}", initial=start,
                total=cfg.iterations, dynamic_ncols=True)  # fmt: skip
+    clock = agent.stopwatch  # env, prompt, generate and parse seconds come from the rollouts
+    last_logged = time.perf_counter()
     for it in bar:
         t0 = time.perf_counter()
+        clock.lap()  # drop what evaluation and checkpoints put on it
         mine.clear()
-        trajs, collected, data_stats = data.next_batch(collect)
-        t_gen = time.perf_counter() - t0
+        with clock.section("rollout"):
+            trajs, collected, data_stats = data.next_batch(collect)
 
         steps = [s for t in trajs for s in t.steps]
         adv, adv_stats, train_stats = np.zeros(0), {}, {}
-        t1, t_train, t_sync = time.perf_counter(), 0.0, 0.0
         if steps:  # none when dynamic sampling found no informative group before its cap
-            adv, adv_stats = compute_advantages(cfg, steps)  # every rank: all groups; each trains on its own
+            with clock.section("advantage"):  # every rank: all groups; each trains on its own
+                adv, adv_stats = compute_advantages(cfg, steps)
             samples = [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs)
                        for s, a in zip(steps, adv) if s.group_id in mine]  # fmt: skip
             agent.backend.release()  # GPU vLLM sleep mode: the update gets the KV cache's memory
-            train_stats = learner.update(samples)
+            with clock.section("train"):
+                train_stats = learner.update(samples)
             bad_updates = bad_updates + 1 if train_stats.get("train/skipped_frac") == 1.0 else 0
             if cfg.max_bad_updates and bad_updates >= cfg.max_bad_updates:  # skipped steps left the weights good
                 path = save(it, learner, loop_state())
                 raise NumericError(f"{bad_updates} updates in a row had a non-finite loss or gradient and were "
                                    f"skipped; the last good weights are saved in {path}")  # fmt: skip
-            t_train = time.perf_counter() - t1
             check = cfg.sync_check_every > 0 and it % cfg.sync_check_every == 0
-            sync_backend(agent, model, cfg, run, it, probe_prompts([s.prompt_ids for s in steps], cfg.sync_probe_size),
-                         check, world)  # fmt: skip
-            t_sync = time.perf_counter() - t1 - t_train
+            with clock.section("sync"):
+                sync_backend(agent, model, cfg, run, it, probe_prompts([s.prompt_ids for s in steps],
+                             cfg.sync_probe_size), check, world)  # fmt: skip
 
         env_steps += sum(len(t.steps) for t in collected)
         reward_stats = distributed.merge_metrics(distributed.gather(rewards.metrics(), world))  # over ranks
         metrics = {**rollout_metrics(collected), **reward_stats, **data_stats, **adv_stats, **train_stats}
         metrics["data/env_steps_total"] = float(env_steps)
-        metrics.update(
-            {
-                "time/iteration_s": time.perf_counter() - t0,
-                "time/generate_s": t_gen,
-                "time/train_s": t_train,
-                "time/sync_s": t_sync,
-            }
-        )
         per_rank = distributed.gather(distributed.peak_memory_gib(device), world)
         metrics.update({f"memory/{k}": max(m[k] for m in per_rank) for k in per_rank[0]})  # the busiest rank
+        with clock.section("log"):  # the final metrics line below is written after the clock stops
+            run.log_histogram(it, "data/pass_rates", data.sampler.pass_rates())
+            if cfg.transcript_every and it % cfg.transcript_every == 0:
+                by_step = {(s.traj_id, s.t): float(a) for s, a in zip(steps, adv)}
+                for traj in trajs[: cfg.transcripts]:
+                    record = transcript(traj, by_step, tokenizer.decode)
+                    run.log_transcript(it, record, transcript_markdown(record))
+        now = time.perf_counter()
+        spent = clock.lap()
+        metrics.update({f"time/{k}_s": spent.get(k, 0.0) for k in TIME_SECTIONS})
+        metrics["time/iteration_s"] = now - t0
+        metrics["time/wall_s"] = now - last_logged  # since the last iteration's log: evaluation, saves and all
+        last_logged = now
         run.log(it, metrics)
-        run.log_histogram(it, "data/pass_rates", data.sampler.pass_rates())
         if audit and it % cfg.audit_every == 0:
             run.log(it, audit(it, collected))  # honeypots and probes mixed with this iteration's answers
-        if cfg.transcript_every and it % cfg.transcript_every == 0:
-            by_step = {(s.traj_id, s.t): float(a) for s, a in zip(steps, adv)}
-            for traj in trajs[: cfg.transcripts]:
-                record = transcript(traj, by_step, tokenizer.decode)
-                run.log_transcript(it, record, transcript_markdown(record))
         shown = {"success": f"{metrics['rollout/success_rate']:.2f}", "loss": f"{metrics.get('train/loss', 0):.3f}"}
         bar.set_postfix(**shown, **({"eval": f"{held_out:.2f}"} if held_out is not None else {}))
         if cfg.max_env_steps and env_steps >= cfg.max_env_steps:

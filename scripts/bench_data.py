@@ -18,6 +18,7 @@ import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 VARIANTS = {
@@ -28,19 +29,20 @@ VARIANTS = {
 }
 
 
-def warm_up(env: str, out: Path, seed: int, sft_steps: int) -> Path:
-    """One RL-free run's warm-up, saved as a checkpoint that every variant starts from."""
+def warm_up(env: str, out: Path, seed: int, sft_steps: int, flags: Sequence[str] = ()) -> Path:
+    """One RL-free run's warm-up, saved as a checkpoint that every variant starts from. `flags`: more
+    `algos.train` flags that shape it (`--config FILE`, `--env-kwargs level 7`, ...); the arguments win."""
     ckpt = out / "warm"
     if (ckpt / "config.json").exists():
         return ckpt
     import torch
 
-    from algos.config import Config
+    from algos.config import parse_config
     from algos.run_dir import TRAINER_STATE
     from algos.sft import warm_up_from_config
     from algos.train import build
 
-    cfg = Config(env=env, seed=seed, sft_steps=sft_steps, device="cpu")
+    cfg = parse_config([*flags, "--env", env, "--seed", str(seed), "--sft-steps", str(sft_steps), "--device", "cpu"])
     model, tokenizer, agent, learner_cfg = build(cfg)
     warm_up_from_config(cfg, agent, model, learner_cfg)  # the trainer's own warm-up
     ckpt.mkdir(parents=True)

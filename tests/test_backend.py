@@ -51,3 +51,28 @@ def test_same_seed_same_samples(tiny):
         for _ in range(2)
     ]
     assert runs[0] == runs[1]
+
+
+def test_equal_prompts_share_one_prefill_and_sample_independently(tiny):
+    """A group's rollouts start from one prompt: it runs through the model once, its cache rows are
+    copied, and each row still samples its own tokens with the trainer's logprobs."""
+    model, tokenizer = tiny
+    backend = HFBackend(model, [tokenizer.eos_token_id], tokenizer.pad_token_id, batch_size=16, seed=5)
+    a, b, c = _prompts(tokenizer)
+    prompts = [a, b, a, a, c, b, a, a]
+    seen = []
+    hook = model.model.embed_tokens.register_forward_hook(lambda m, args, out: seen.append(tuple(args[0].shape)))
+    try:
+        ids, lps = backend.generate(prompts, Sampling(temperature=1.0, max_new_tokens=12))
+    finally:
+        hook.remove()
+    assert seen[0] == (3, len(a))  # the prefill: the 3 distinct prompts, not 8
+    assert all(shape == (8, 1) for shape in seen[1:])  # then one token for each of the 8 rows
+    assert len({tuple(r) for r, p in zip(ids, prompts) if p is a}) > 1  # copies are sampled independently
+    samples = [Sample(p, r, 0.0, lp) for p, r, lp in zip(prompts, ids, lps)]
+    with torch.no_grad():
+        logp, _ = response_logprobs(model, collate(samples, tokenizer.pad_token_id, "cpu"), 1.0)
+    for row, (r, lp) in enumerate(zip(ids, lps)):
+        assert torch.allclose(logp[row, -len(r) :], torch.tensor(lp), atol=1e-4)
+    greedy = Sampling(temperature=0.0, max_new_tokens=10)  # and the same tokens as each prompt alone
+    assert backend.generate(prompts, greedy)[0] == [backend.generate([p], greedy)[0][0] for p in prompts]

@@ -220,3 +220,52 @@ def test_rollout_is_recomputes_old_logprobs_so_the_first_ratio_is_one(tiny):
     assert stats["rollout_is/ratio_max"] > 2.0 and 0 < stats["rollout_is/truncated_frac"] <= 1
     plain = Learner(copy.deepcopy(model), replace(cfg, rollout_is="off"), tokenizer.pad_token_id).update(samples)
     assert "rollout_is/ratio_mean" not in plain and abs(plain["train/ratio_mean"] - 1.0) > 1e-2
+
+
+def _shared_prompt_samples(tokenizer) -> list[Sample]:
+    """12 samples over 4 distinct prompts (of 2 to 30 tokens) and one 2-token prompt, responses of 1-7 tokens."""
+    rng = random.Random(3)
+    prompts = [[rng.randrange(3, len(tokenizer)) for _ in range(rng.randint(2, 30))] for _ in range(4)]
+    out = []
+    for i in range(12):
+        response = [rng.randrange(3, len(tokenizer)) for _ in range(rng.randint(1, 7))]
+        prompt = prompts[i % 4] if i < 10 else [5, 6]
+        out.append(Sample(list(prompt), response, rng.uniform(-1, 1), [rng.uniform(-3, -1) for _ in response]))
+    return out
+
+
+def test_shared_prompts_run_once_and_give_the_same_logprobs_and_gradients(tiny):
+    model, tokenizer = tiny
+    samples = _shared_prompt_samples(tokenizer)
+    shared = collate(samples, tokenizer.pad_token_id, "cpu", share_prompts=True)
+    assert shared["prefix_ids"].shape[0] == 5 and "ids" not in shared  # 5 distinct prompts for 12 samples
+    assert "prefix_ids" not in collate(samples, tokenizer.pad_token_id, "cpu")  # off unless asked
+    results = []
+    for batch in (collate(samples, tokenizer.pad_token_id, "cpu"), shared):
+        m = copy.deepcopy(model).train()
+        logp, entropy = response_logprobs(m, batch, 0.7, with_entropy=True)
+        (-(logp * batch["mask"] * batch["adv"][:, None]).sum()).backward()
+        results.append((logp.detach() * batch["mask"], entropy.detach() * batch["mask"],
+                        torch.cat([p.grad.flatten() for p in m.parameters()])))  # fmt: skip
+    (lp0, ent0, g0), (lp1, ent1, g1) = results
+    assert torch.allclose(lp0, lp1, atol=1e-5) and torch.allclose(ent0, ent1, atol=1e-5)
+    assert g0.abs().max() > 1e-3 and torch.allclose(g0, g1, atol=1e-6 * float(g0.abs().max()) + 1e-9, rtol=1e-4)
+
+
+def test_learner_update_with_shared_prompts_equals_the_full_pass(tiny):
+    model, tokenizer = tiny
+    samples = _shared_prompt_samples(tokenizer)
+    params, stats = [], []
+    for share in (False, True):
+        m = copy.deepcopy(model)
+        cfg = LearnerConfig(micro_batch_size=5, num_minibatches=2, share_prompts=share, max_grad_norm=1e9)
+        learner = Learner(m, cfg, tokenizer.pad_token_id, seed=1)
+        learner.optimizer = torch.optim.SGD(m.parameters(), lr=1.0)  # delta = -gradient
+        learner.scheduler = torch.optim.lr_scheduler.LambdaLR(learner.optimizer, lambda _: 1.0)
+        stats.append(learner.update(samples))
+        params.append(torch.cat([p.detach().flatten() for p in m.parameters()]))
+    base = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert (params[0] - base).abs().max() > 1e-4
+    assert torch.allclose(params[0], params[1], atol=1e-6)
+    for key in ("train/loss", "train/entropy", "train/approx_kl", "train/clip_frac"):
+        assert stats[0][key] == pytest.approx(stats[1][key], rel=1e-5, abs=1e-5), key

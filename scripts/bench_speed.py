@@ -1,0 +1,298 @@
+"""Speed, measured side by side in one run: against the hardware, against TRL, and GiGPO's cost.
+
+    python -m scripts.bench_speed                          # all three parts
+    python -m scripts.bench_speed --parts hardware gigpo   # without TRL (needs `pip install -e .[bench]`)
+
+hardware  The default job (KeyDoor-v0, GiGPO, 8 x 8 rollouts, SFT warm-up first) runs
+          `--iterations` iterations in this process while every generate call and every
+          optimizer step is recorded. The same tokens are then replayed through the same model
+          with nothing else around them: generation as a KV-cached forward loop over the
+          recorded batches, teacher-forcing the sampled tokens (the model work of sampling them,
+          without sampling, bookkeeping or env), and the update as forward + backward + AdamW
+          step over the same micro-batches, collated beforehand. The ratio is an iteration's
+          wall time (`time/wall_s`: everything, logging included) over the sum of the two; the
+          breakdown comes from the iteration's own `time/*` tags.
+trl       Completions per second of this trainer and of TRL's GRPOTrainer on one single-turn
+          workload (Arithmetic-v0; same model, prompts, group size, batch, max new tokens,
+          temperature, loss type): scripts/trl_compare.py.
+gigpo     `compute_advantages` (the trainer's call: rows from Step records, anchor grouping,
+          GiGPO advantages, anchor statistics) on 10^4, 10^5 and 10^6 synthetic steps shaped like
+          KeyDoor's (groups of 8 trajectories of 1-19 steps, lockstep order, str state keys), and
+          its share of a default iteration.
+
+Prints the tables and writes them to --out (default runs/bench_speed/summary.json). The first
+measured iteration is the second one: the first pays for one-time warm-ups (allocator, kernels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+PARTS = ("hardware", "trl", "gigpo")
+
+
+# ---- hardware: an iteration against its own pure compute -------------------------------
+
+
+@contextmanager
+def recording():
+    """Record every HF generate call and every learner optimizer step, in order; the real methods
+    run unchanged. Entries: ("generate", prompts, responses, batch_size), ("step", samples) and
+    ("update",) when an update ends (one per iteration)."""
+    from agents.backend import HFBackend
+    from algos.learner import Learner
+
+    calls: list[tuple] = []
+    generate, step, update = HFBackend.generate, Learner._step, Learner.update
+
+    def recorded_generate(self, prompts, sampling):
+        out = generate(self, prompts, sampling)
+        calls.append(("generate", [list(p) for p in prompts], out[0], self.batch_size))
+        return out
+
+    def recorded_step(self, mini):
+        calls.append(("step", list(mini)))
+        return step(self, mini)
+
+    def recorded_update(self, samples):
+        out = update(self, samples)
+        calls.append(("update",))
+        return out
+
+    HFBackend.generate, Learner._step, Learner.update = recorded_generate, recorded_step, recorded_update
+    try:
+        yield calls
+    finally:
+        HFBackend.generate, Learner._step, Learner.update = generate, step, update
+
+
+def by_iteration(calls: list[tuple]) -> list[list[tuple]]:
+    """The recorded calls cut at each update's end: entry k holds iteration k+1's calls."""
+    out, current = [], []
+    for call in calls:
+        if call[0] == "update":
+            out.append(current)
+            current = []
+        else:
+            current.append(call)
+    return out
+
+
+def pure_generation(model, calls: list[tuple], pad_id: int) -> float:
+    """Seconds to run the model over the recorded generate calls: per batch (the backend's
+    batching: prompts sorted by length, `batch_size` at a time) the backend's prefill (equal
+    prompts once) and one cached forward per further token, feeding the tokens that were sampled."""
+    import torch
+
+    from agents.backend import HFBackend
+
+    backend = HFBackend(model, [], pad_id)
+    batches = []
+    for _, prompts, responses, batch_size in (c for c in calls if c[0] == "generate"):
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            steps = max(len(responses[i]) for i in chunk)
+            forced = torch.full((len(chunk), max(steps, 1)), pad_id, dtype=torch.long)
+            for row, i in enumerate(chunk):
+                forced[row, : len(responses[i])] = torch.tensor(responses[i], dtype=torch.long)
+            batches.append(([prompts[i] for i in chunk], forced, steps))
+    model.eval()
+    start = time.perf_counter()
+    with torch.no_grad():
+        for prompts, forced, steps in batches:
+            _, cache, mask, step_pos = backend.prefill(prompts)
+            for t in range(steps - 1):  # the backend's loop: one forward per sampled token after the first
+                step_pos = step_pos + 1
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+                out = model(input_ids=forced[:, t : t + 1], attention_mask=mask, position_ids=step_pos,
+                            past_key_values=cache, use_cache=True)  # fmt: skip
+                cache = out.past_key_values
+    return time.perf_counter() - start
+
+
+def pure_update(model, calls: list[tuple], pad_id: int, micro_batch_size: int, temperature: float) -> float:
+    """Seconds of forward + backward + AdamW step over the recorded optimizer steps' micro-batches
+    (the learner's split: samples sorted by length, `micro_batch_size` at a time), collated first."""
+    import torch
+
+    from algos.learner import collate, response_logprobs
+
+    steps = []
+    for _, mini in (c for c in calls if c[0] == "step"):
+        mini = sorted(mini, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
+        chunks = [mini[i : i + micro_batch_size] for i in range(0, len(mini), micro_batch_size)]
+        steps.append([collate(c, pad_id, model.device) for c in chunks])
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
+    start = time.perf_counter()
+    for batches in steps:
+        optimizer.zero_grad(set_to_none=True)
+        tokens = sum(float(b["mask"].sum()) for b in batches)
+        for batch in batches:
+            logp, _ = response_logprobs(model, batch, temperature)
+            (-(logp * batch["mask"]).sum() / tokens).backward()
+        optimizer.step()
+    return time.perf_counter() - start
+
+
+def hardware(iterations: int, out: Path, model: str | None) -> dict:
+    import torch
+
+    from agents.model import load_model, load_tokenizer
+    from algos.config import parse_config, validate
+    from algos.train import TIME_SECTIONS, train
+
+    flags = ["--iterations", str(iterations), "--eval-episodes", "0", "--output-dir", str(out / "hardware-run")]
+    cfg = parse_config(flags + (["--model", model] if model else []))
+    validate(cfg)
+    with recording() as calls:
+        run = train(cfg)
+    rows = [json.loads(line) for line in (run.path / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "time/wall_s" in r]
+    final = max(run.path.glob("checkpoints/iter_*"), key=lambda p: int(p.name.split("_")[1]))
+    tokenizer = load_tokenizer(str(final))
+    replay = load_model(str(final), "cpu", torch.float32)  # the same architecture; the weights do not change the work
+    per_iteration = []
+    for row, its_calls in list(zip(rows, by_iteration(calls)))[1:]:  # the first iteration pays one-time costs
+        gen = pure_generation(replay, its_calls, tokenizer.pad_token_id)
+        upd = pure_update(replay, its_calls, tokenizer.pad_token_id, cfg.micro_batch_size, cfg.temperature or 1.0)
+        tokens = sum(len(r) for c in its_calls if c[0] == "generate" for r in c[2])
+        per_iteration.append({"iteration": row["iteration"], "wall_s": row["time/wall_s"], "pure_generation_s": gen,
+                              "pure_update_s": upd, "ratio": row["time/wall_s"] / (gen + upd),
+                              "generated_tokens": tokens, "env_steps": sum(len(c[1]) for c in its_calls
+                                                                           if c[0] == "generate"),
+                              **{k: row[f"time/{k}_s"] for k in TIME_SECTIONS}})  # fmt: skip
+    mean = {k: sum(p[k] for p in per_iteration) / len(per_iteration) for k in per_iteration[0]}
+    mean["ratio"] = mean["wall_s"] / (mean["pure_generation_s"] + mean["pure_update_s"])
+    return {"iterations": per_iteration, "mean": mean, "peak_rss_gib": rows[-1].get("memory/peak_rss_gib")}
+
+
+def print_hardware(result: dict) -> None:
+    m = result["mean"]
+    print(f"\n== hardware: default job, mean of iterations {', '.join(str(p['iteration']) for p in result['iterations'])}")
+    print(f"{'iteration wall time':<44}{m['wall_s']:8.2f} s")
+    print(f"{'pure generation (same tokens, same batches)':<44}{m['pure_generation_s']:8.2f} s")
+    print(f"{'pure forward + backward + step':<44}{m['pure_update_s']:8.2f} s")
+    print(f"{'ratio wall / (generation + update)':<44}{m['ratio']:8.3f}   (target <= 1.15)")
+    print(f"per iteration: {[round(p['ratio'], 3) for p in result['iterations']]}")
+    rollout_rest = m["rollout"] - m["env"] - m["prompt"] - m["generate"] - m["parse"]
+    rest = m["wall_s"] - m["rollout"] - m["advantage"] - m["train"] - m["sync"] - m["log"]
+    parts = [("env (reset, step)", m["env"]), ("prompt building (template, tokenize)", m["prompt"]),
+             ("generation (backend)", m["generate"]), ("parsing (decode, parse)", m["parse"]),
+             ("rollout bookkeeping (data layer, Steps)", rollout_rest), ("advantages", m["advantage"]),
+             ("update (learner)", m["train"]), ("weight sync", m["sync"]), ("logging", m["log"]),
+             ("rest (samples, metrics, final log line)", rest)]  # fmt: skip
+    print(f"{'breakdown':<44}{'s':>8}{'share':>8}")
+    for name, v in parts:
+        print(f"  {name:<42}{v:8.3f}{v / m['wall_s']:8.1%}")
+    print(f"generation overhead over pure: {m['generate'] / m['pure_generation_s']:.3f}x; "
+          f"update overhead over pure: {m['train'] / m['pure_update_s']:.3f}x; "
+          f"peak RSS {result['peak_rss_gib']:.2f} GiB")  # fmt: skip
+
+
+# ---- gigpo: grouping + advantages at scale ---------------------------------------------
+
+
+def synthetic_steps(n: int, seed: int = 0) -> list:
+    """About n Step records shaped like KeyDoor's: groups of 8 trajectories of 1-19 steps in
+    lockstep order, state keys from a few dozen states per group, reward 1 at some episodes' end."""
+    from algos.collector import Step
+
+    rng = random.Random(seed)
+    rows, traj, group = [], 0, 0
+    while len(rows) < n:
+        lengths = [rng.randint(1, 19) for _ in range(8)]
+        wins = [rng.random() < 0.5 for _ in range(8)]
+        trajs = []
+        for length, won in zip(lengths, wins):
+            keys = [f"room{rng.randrange(6)}|key:{rng.random() < 0.5}|door:locked" for _ in range(length)]
+            trajs.append((traj, length, won, keys))
+            traj += 1
+        for t in range(max(lengths)):  # lockstep: time step t of every running trajectory
+            for tid, length, won, keys in trajs:
+                if t < length:
+                    last = t == length - 1
+                    rows.append(Step(group, tid, t, keys[t], "", [], [], [], "", "", "ok", rng.random() < 0.9,
+                                     float(won and last), won and last, not won and last, won))  # fmt: skip
+        group += 1
+    return rows[:n]
+
+
+def gigpo_scaling(sizes: list[int], repeats: int) -> list[dict]:
+    from algos.config import Config
+    from algos.train import compute_advantages
+
+    cfg = Config()  # the default job: gigpo, mean_std, state keys
+    out = []
+    for n in sizes:
+        steps = synthetic_steps(n)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            compute_advantages(cfg, steps)
+            times.append(time.perf_counter() - start)
+        out.append({"steps": n, "seconds": min(times), "us_per_step": min(times) / n * 1e6})
+        del steps
+    return out
+
+
+def print_gigpo(result: list[dict], iteration: dict | None) -> None:
+    print("\n== gigpo: compute_advantages (grouping + advantages), best of the repeats")
+    print(f"{'steps':>10}{'seconds':>10}{'us/step':>10}")
+    for r in result:
+        print(f"{r['steps']:>10}{r['seconds']:>10.4f}{r['us_per_step']:>10.3f}")
+    if iteration:
+        print(f"in a default iteration: {iteration['advantage']:.4f} s of {iteration['wall_s']:.2f} s "
+              f"= {iteration['advantage'] / iteration['wall_s']:.4%} (target <= 0.1 %)")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    p.add_argument("--iterations", type=int, default=4, help="hardware: iterations of the default job (>= 2)")
+    p.add_argument("--model", default=None, help="hardware: start from this (warmed-up) checkpoint, no SFT")
+    p.add_argument("--trl-steps", type=int, default=6, help="trl: timed optimizer steps per side")
+    p.add_argument("--gigpo-sizes", type=int, nargs="+", default=[10**4, 10**5, 10**6])
+    p.add_argument("--repeats", type=int, default=3, help="gigpo: timings per size (the best is kept)")
+    p.add_argument("--out", type=Path, default=Path("runs/bench_speed"))
+    args = p.parse_args(argv)
+    if args.iterations < 2:
+        print("error: --iterations must be at least 2 (the first iteration is not measured)", file=sys.stderr)
+        return 2
+    if "trl" in args.parts:
+        try:
+            import trl  # noqa: F401
+        except ImportError:
+            print("error: the TRL comparison needs trl: scripts/setup.sh bench (or pip install -e .[bench])",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if "hardware" in args.parts:
+            summary["hardware"] = hardware(args.iterations, Path(tmp), args.model)
+            print_hardware(summary["hardware"])
+    if "trl" in args.parts:
+        from scripts.trl_compare import Workload, print_comparison, run_ours, run_trl
+
+        w = Workload(steps=args.trl_steps)
+        summary["trl"] = {"ours": run_ours(w), "trl": run_trl(w)}
+        print_comparison(summary["trl"]["ours"], summary["trl"]["trl"])
+    if "gigpo" in args.parts:
+        summary["gigpo"] = gigpo_scaling(args.gigpo_sizes, args.repeats)
+        print_gigpo(summary["gigpo"], summary.get("hardware", {}).get("mean"))
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"\nwritten: {args.out / 'summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

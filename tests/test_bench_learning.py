@@ -1,0 +1,160 @@
+"""scripts.bench_learning's summaries against hand-computed values (no training)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts.bench_learning import (
+    Job,
+    Preset,
+    band,
+    is_finished,
+    mean_std,
+    paired_differences,
+    plan,
+    plot,
+    run_jobs,
+    steps_to_reach,
+    summarize,
+    table,
+)
+
+CURVE = [(0.0, 0.30), (2600.0, 0.45), (5200.0, 0.50), (7800.0, 0.80), (10400.0, 0.70)]
+
+
+def test_steps_to_reach_is_the_first_evaluation_at_or_above():
+    assert steps_to_reach(CURVE, 0.5) == 5200.0  # equal counts
+    assert steps_to_reach(CURVE, 0.475) == 5200.0  # not interpolated to 3900 between 0.45 and 0.50
+    assert steps_to_reach(CURVE, 0.8) == 7800.0  # the first time, though it falls back later
+    assert steps_to_reach(CURVE, 0.3) == 0.0  # the warm-up already there
+    assert steps_to_reach(CURVE, 0.9) is None
+    assert steps_to_reach([], 0.5) is None
+
+
+def test_mean_std_is_the_sample_std():
+    mean, std = mean_std([0.5, 0.6, 0.7])
+    assert mean == pytest.approx(0.6) and std == pytest.approx(0.1)  # sqrt((0.01 + 0 + 0.01) / 2)
+    mean, std = mean_std([1, 2, 3, 4])
+    assert mean == 2.5 and std == pytest.approx(math.sqrt(5 / 3))  # ddof=1; ddof=0 would be sqrt(5/4)
+    mean, std = mean_std([0.4])
+    assert mean == 0.4 and math.isnan(std)
+    assert all(math.isnan(v) for v in mean_std([]))
+
+
+def test_paired_differences_in_points_for_shared_seeds():
+    gigpo = {0: 0.60, 1: 0.50, 2: 0.75}
+    grpo = {0: 0.50, 1: 0.55, 2: 0.75, 3: 0.90}  # seed 3 has no GiGPO run: left out
+    diff = paired_differences(gigpo, grpo)
+    assert list(diff) == [0, 1, 2]
+    assert diff[0] == pytest.approx(10.0) and diff[1] == pytest.approx(-5.0) and diff[2] == pytest.approx(0.0)
+    mean, std = mean_std(list(diff.values()))
+    assert mean == pytest.approx(5 / 3) and std == pytest.approx(
+        math.sqrt(((25 / 3) ** 2 + (20 / 3) ** 2 + (5 / 3) ** 2) / 2)
+    )
+
+
+def test_band_holds_each_run_latest_evaluation():
+    a = [(0.0, 0.2), (100.0, 0.4), (200.0, 0.6)]
+    b = [(0.0, 0.4), (150.0, 0.8)]  # ends first: holds 0.8 at x=200
+    xs, mean, std = band([a, b])
+    assert xs == [0.0, 100.0, 150.0, 200.0]
+    assert mean == pytest.approx([0.3, 0.4, 0.6, 0.7])
+    assert std == pytest.approx([math.sqrt(0.02), 0.0, math.sqrt(0.08), math.sqrt(0.02)])
+    assert steps_to_reach(list(zip(xs, mean)), 0.6) == 150.0  # the mean curve's crossing
+
+
+def _rows(evals: dict[int, float], steps_per_iteration: int, iterations: int, final: bool) -> list[dict]:
+    """A run's metrics rows as algos.train writes them: iteration rows, periodic evals after theirs."""
+    rows = [{"iteration": 0, "eval/success_rate": evals[0]}]
+    for it in range(1, iterations + 1):
+        rows.append(
+            {"iteration": it, "rollout/success_rate": 0.5, "data/env_steps_total": float(it * steps_per_iteration)}
+        )
+        if it in evals and (it < iterations or final):
+            rows.append({"iteration": it, "eval/success_rate": evals[it]})
+    return rows
+
+
+def test_is_finished_needs_the_final_evaluation_after_the_budget():
+    assert is_finished(_rows({0: 0.3, 2: 0.5, 3: 0.6}, 1000, 3, final=True), budget=3000)
+    assert not is_finished(_rows({0: 0.3, 2: 0.5, 3: 0.6}, 1000, 3, final=False), budget=3000)  # killed before it
+    # killed right after a periodic evaluation: that evaluation is not the final one (budget unspent)
+    assert not is_finished(_rows({0: 0.3, 2: 0.5}, 1000, 2, final=True), budget=3000)
+    assert not is_finished(_rows({0: 0.3}, 1000, 0, final=False), budget=3000)
+    assert not is_finished([], budget=3000)
+
+
+def test_summary_table_and_curves_from_run_folders(tmp_path: Path):
+    preset = Preset("KeyDoor-v0", "configs/default.yaml", (), budget=3000, eval_every=2, eval_episodes=64)
+    finals = {("gigpo", 0): 0.75, ("grpo", 0): 0.5, ("gigpo", 1): 0.5, ("grpo", 1): 0.6}
+    for (algo, seed), final in finals.items():
+        run = tmp_path / "keydoor" / f"s{seed}" / algo
+        run.mkdir(parents=True)
+        rows = _rows({0: 0.3 + 0.1 * seed, 2: 0.45, 3: final}, 1000, 3, final=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    unfinished = tmp_path / "keydoor" / "s2" / "gigpo"  # left out of the summary
+    unfinished.mkdir(parents=True)
+    (unfinished / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "eval/success_rate": 0.9}) + "\n")
+
+    summary = summarize(tmp_path, {"keydoor": preset}, [0, 1, 2])
+    s = json.loads(json.dumps(summary))["keydoor"]  # what summary.json holds
+    gigpo = s["algos"]["gigpo"]
+    assert gigpo["seeds"] == [0, 1]
+    assert gigpo["final_mean_std"] == pytest.approx([0.625, math.sqrt(2 * 0.125**2)])
+    assert gigpo["warm_up_mean_std"] == pytest.approx([0.35, math.sqrt(0.005)])
+    assert gigpo["steps_to"]["50%"]["seeds"] == {"0": 3000.0, "1": 3000.0}
+    assert gigpo["steps_to"]["80%"] == {"seeds": {"0": None, "1": None}, "mean_curve": None}
+    assert s["gigpo_minus_grpo"]["seeds"] == pytest.approx({"0": 25.0, "1": -10.0})
+    assert s["gigpo_minus_grpo"]["mean_std"] == pytest.approx([7.5, math.sqrt(2 * 17.5**2)])
+
+    text = table(summary)
+    assert "| KeyDoor-v0 | gigpo | 2 | 35.0 ± 7.1 | 62.5 ± 17.7 | 3.0k (3.0k, 3.0k) | never (never, never) |" in text
+    assert "| KeyDoor-v0 | +7.5 ± 24.7 | s0: +25.0, s1: -10.0 |" in text
+    plot(summary, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_plan_skips_what_is_done_and_the_algorithms_differ_only_in_algo(tmp_path: Path):
+    from algos.run_dir import TRAINER_STATE
+
+    preset = Preset("KeyDoor-v0", "configs/default.yaml", (), budget=3000, eval_every=2, eval_episodes=64)
+    jobs, done = plan(tmp_path, {"keydoor": preset}, [0])
+    assert [j.name for j in jobs] == ["keydoor/s0/warm", "keydoor/s0/gigpo", "keydoor/s0/grpo"] and not done
+    gigpo, grpo = jobs[1].cmd, jobs[2].cmd
+    assert [(a, b) for a, b in zip(gigpo, grpo) if a != b] == [("gigpo", "grpo"), (str(tmp_path / "keydoor/s0/gigpo"),
+                                                                                   str(tmp_path / "keydoor/s0/grpo"))]  # fmt: skip
+    assert gigpo[gigpo.index("--max-env-steps") + 1] == "3000" and gigpo[gigpo.index("--seed") + 1] == "0"
+
+    (tmp_path / "keydoor/s0/warm").mkdir(parents=True)
+    (tmp_path / "keydoor/s0/warm" / TRAINER_STATE).write_bytes(b"")
+    (tmp_path / "keydoor/s0/gigpo").mkdir()
+    rows = _rows({0: 0.3, 2: 0.5, 3: 0.6}, 1000, 3, final=True)
+    (tmp_path / "keydoor/s0/gigpo/metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    jobs, done = plan(tmp_path, {"keydoor": preset}, [0])
+    assert [j.name for j in jobs] == ["keydoor/s0/grpo"] and done == {"keydoor/s0/warm"}
+
+
+def test_run_jobs_waits_for_dependencies_and_skips_after_a_failure(tmp_path: Path):
+    def job(name: str, code: str, after: str | None = None) -> Job:
+        return Job(name, [sys.executable, "-c", code], tmp_path / f"{name}.log", after)
+
+    marker = tmp_path / "order.txt"
+    write = f"open({str(marker)!r}, 'a').write('{{}}')"
+    jobs = [
+        job("b", write.format("b"), after="a"),
+        job("a", write.format("a")),
+        job("bad", "raise SystemExit(3)", after="a"),
+        job("c", write.format("c"), after="bad"),  # skipped
+        job("d", write.format("d"), after="w"),  # w: done before
+    ]
+    done = {"w"}
+    failed = run_jobs(jobs, 2, done)
+    assert failed == {"bad", "c"}
+    assert done == {"w", "a", "b", "d"}
+    text = marker.read_text()
+    assert sorted(text) == ["a", "b", "d"] and text.index("a") < text.index("b")
