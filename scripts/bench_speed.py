@@ -118,18 +118,23 @@ def pure_generation(model, calls: list[tuple], pad_id: int) -> float:
     return time.perf_counter() - start
 
 
-def pure_update(model, calls: list[tuple], pad_id: int, micro_batch_size: int, temperature: float) -> float:
-    """Seconds of forward + backward + AdamW step over the recorded optimizer steps' micro-batches
-    (the learner's split: samples sorted by length, `micro_batch_size` at a time), collated first."""
+def pure_update(model, calls: list[tuple], pad_id: int, micro_batch_size: int, temperature: float,
+                share_prompts: bool = True) -> float:  # fmt: skip
+    """Seconds of forward + backward + AdamW step over the recorded optimizer steps' micro-batches,
+    split and collated as the learner does (beforehand): with `share_prompts`, equal prompts side by
+    side and run once; without, every sample's prompt runs (the work without that saving)."""
     import torch
 
-    from algos.learner import collate, response_logprobs
+    from algos.logprobs import collate, response_logprobs
 
     steps = []
     for _, mini in (c for c in calls if c[0] == "step"):
-        mini = sorted(mini, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
+        if share_prompts:
+            mini = sorted(mini, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.response_ids)))
+        else:
+            mini = sorted(mini, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
         chunks = [mini[i : i + micro_batch_size] for i in range(0, len(mini), micro_batch_size)]
-        steps.append([collate(c, pad_id, model.device) for c in chunks])
+        steps.append([collate(c, pad_id, model.device, share_prompts) for c in chunks])
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
     start = time.perf_counter()
@@ -164,9 +169,11 @@ def hardware(iterations: int, out: Path, model: str | None) -> dict:
     for row, its_calls in list(zip(rows, by_iteration(calls)))[1:]:  # the first iteration pays one-time costs
         gen = pure_generation(replay, its_calls, tokenizer.pad_token_id)
         upd = pure_update(replay, its_calls, tokenizer.pad_token_id, cfg.micro_batch_size, cfg.temperature or 1.0)
+        unshared = pure_update(replay, its_calls, tokenizer.pad_token_id, cfg.micro_batch_size,
+                               cfg.temperature or 1.0, share_prompts=False)  # fmt: skip
         tokens = sum(len(r) for c in its_calls if c[0] == "generate" for r in c[2])
         per_iteration.append({"iteration": row["iteration"], "wall_s": row["time/wall_s"], "pure_generation_s": gen,
-                              "pure_update_s": upd, "ratio": row["time/wall_s"] / (gen + upd),
+                              "pure_update_s": upd, "pure_update_unshared_s": unshared, "ratio": row["time/wall_s"] / (gen + upd),
                               "generated_tokens": tokens, "env_steps": sum(len(c[1]) for c in its_calls
                                                                            if c[0] == "generate"),
                               **{k: row[f"time/{k}_s"] for k in TIME_SECTIONS}})  # fmt: skip
@@ -182,6 +189,7 @@ def print_hardware(result: dict) -> None:
     print(f"{'pure generation (same tokens, same batches)':<44}{m['pure_generation_s']:8.2f} s")
     print(f"{'pure forward + backward + step':<44}{m['pure_update_s']:8.2f} s")
     print(f"{'ratio wall / (generation + update)':<44}{m['ratio']:8.3f}   (target <= 1.15)")
+    print(f"{'  (update without shared prompts':<44}{m['pure_update_unshared_s']:8.2f} s)")
     print(f"per iteration: {[round(p['ratio'], 3) for p in result['iterations']]}")
     rollout_rest = m["rollout"] - m["env"] - m["prompt"] - m["generate"] - m["parse"]
     rest = m["wall_s"] - m["rollout"] - m["advantage"] - m["train"] - m["sync"] - m["log"]
