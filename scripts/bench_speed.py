@@ -148,15 +148,15 @@ def pure_update(model, calls: list[tuple], pad_id: int, micro_batch_size: int, t
     return time.perf_counter() - start
 
 
-def hardware(iterations: int, out: Path, model: str | None) -> dict:
+def hardware(iterations: int, out: Path, model: str | None, flags: list[str] | None = None) -> dict:
     import torch
 
     from agents.model import load_model, load_tokenizer
     from algos.config import parse_config, validate
     from algos.train import TIME_SECTIONS, train
 
-    flags = ["--iterations", str(iterations), "--eval-episodes", "0", "--output-dir", str(out / "hardware-run")]
-    cfg = parse_config(flags + (["--model", model] if model else []))
+    base = ["--iterations", str(iterations), "--eval-episodes", "0", "--output-dir", str(out / "hardware-run")]
+    cfg = parse_config([*base, *(["--model", model] if model else []), *(flags or [])])
     validate(cfg)
     with recording() as calls:
         run = train(cfg)
@@ -267,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     p.add_argument("--iterations", type=int, default=4, help="hardware: iterations of the default job (>= 2)")
     p.add_argument("--model", default=None, help="hardware: start from this (warmed-up) checkpoint, no SFT")
+    p.add_argument("--train-flags", nargs=argparse.REMAINDER, default=[],
+                   help="hardware: more algos.train flags (last on the line), e.g. a smaller job")  # fmt: skip
     p.add_argument("--trl-steps", type=int, default=6, help="trl: timed optimizer steps per side")
     p.add_argument("--gigpo-sizes", type=int, nargs="+", default=[10**4, 10**5, 10**6])
     p.add_argument("--repeats", type=int, default=3, help="gigpo: timings per size (the best is kept)")
@@ -286,14 +288,23 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         if "hardware" in args.parts:
-            summary["hardware"] = hardware(args.iterations, Path(tmp), args.model)
+            summary["hardware"] = hardware(args.iterations, Path(tmp), args.model, args.train_flags)
             print_hardware(summary["hardware"])
     if "trl" in args.parts:
-        from scripts.trl_compare import Workload, print_comparison, run_ours, run_trl
+        from scripts.trl_compare import Workload, our_flags, print_comparison, run_ours, run_trl
 
         w = Workload(steps=args.trl_steps)
         summary["trl"] = {"ours": run_ours(w), "trl": run_trl(w)}
         print_comparison(summary["trl"]["ours"], summary["trl"]["trl"])
+        with tempfile.TemporaryDirectory() as tmp:  # our side once more, replayed: what bounds the ratio
+            hw = hardware(w.steps + 1, Path(tmp), None, our_flags(w, str(Path(tmp) / "run")))["mean"]
+        summary["trl"]["ours_hardware"] = hw
+        trl_step = sum(summary["trl"]["trl"]["step_seconds"]) / len(summary["trl"]["trl"]["step_seconds"])
+        pure = hw["pure_generation_s"] + hw["pure_update_s"]
+        print(f"our step replayed: {hw['wall_s']:.3f} s wall = {hw['ratio']:.2f} x its pure model work "
+              f"({hw['pure_generation_s']:.3f} s generation + {hw['pure_update_s']:.3f} s update; "
+              f"{hw['pure_update_unshared_s']:.3f} s without shared prompts); TRL's step {trl_step:.3f} s = "
+              f"{trl_step / pure:.2f} x our pure model work (the ratio with no overhead at all)")  # fmt: skip
     if "gigpo" in args.parts:
         summary["gigpo"] = gigpo_scaling(args.gigpo_sizes, args.repeats)
         print_gigpo(summary["gigpo"], summary.get("hardware", {}).get("mean"))

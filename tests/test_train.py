@@ -18,7 +18,8 @@ CONTRACT_KEYS = [
     "rollout/success_rate", "rollout/episode_return", "rollout/episode_length",
     "rollout/invalid_action_rate", "rollout/frac_zero_std_groups", "gigpo/anchor_group_size_mean",
     "gigpo/singleton_frac", "train/loss", "train/kl", "train/clip_frac", "train/entropy",
-    "train/grad_norm", "time/iteration_s", "time/generate_s", "time/train_s",
+    "train/grad_norm", "time/iteration_s", "time/generate_s", "time/train_s", "time/wall_s", "time/rollout_s",
+    "time/env_s", "time/prompt_s", "time/advantage_s",
 ]  # fmt: skip
 TINY_RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "3",
             "--eval-episodes", "2", "--max-new-tokens", "8", "--max-extra-groups", "2"]  # fmt: skip
