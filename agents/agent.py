@@ -69,7 +69,8 @@ class LLMAgent:
         if not views:
             return []
         with self.stopwatch.section("prompt"):
-            prompts = [self.prompt_ids(v) for v in views]
+            built: dict[View, list[int]] = {}  # a group's envs often show the same view (its first step)
+            prompts = [built[v] if v in built else built.setdefault(v, self.prompt_ids(v)) for v in views]
         with self.stopwatch.section("generate"):
             responses, logprobs = self.backend.generate(prompts, sampling or self.sampling)
         acts = []
