@@ -105,7 +105,6 @@ class HFBackend:
             out_lp.append(lp[row][:n])
         return out_ids, out_lp
 
-
     def prefill(self, prompts: list[list[int]]):
         """The prompts' forward pass: (next-token logits [B, V], KV cache, attention mask [B, T], last
         positions [B, 1]). Equal prompts (a group's first step; rollouts that reach the same state with
