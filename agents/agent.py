@@ -70,7 +70,10 @@ class LLMAgent:
             return []
         with self.stopwatch.section("prompt"):
             built: dict[View, list[int]] = {}  # a group's envs often show the same view (its first step)
-            prompts = [built[v] if v in built else built.setdefault(v, self.prompt_ids(v)) for v in views]
+            for v in views:
+                if v not in built:
+                    built[v] = self.prompt_ids(v)
+            prompts = [built[v] for v in views]
         with self.stopwatch.section("generate"):
             responses, logprobs = self.backend.generate(prompts, sampling or self.sampling)
         acts = []

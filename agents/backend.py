@@ -63,13 +63,11 @@ class HFBackend:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> tuple[list[list[int]], list[list[float]]]:
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         ids: list[list[int]] = [[] for _ in prompts]
         logps: list[list[float]] = [[] for _ in prompts]
         was_training = self.model.training
         self.model.eval()
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
+        for chunk in self.batches(prompts):
             with autocast(self.device, self.precision):  # as the learner computes them
                 out_ids, out_lp = self._generate_batch([prompts[i] for i in chunk], sampling)
             for i, r, lp in zip(chunk, out_ids, out_lp):
@@ -91,11 +89,7 @@ class HFBackend:
             done = done | torch.isin(token, eos)
             if bool(done.all()) or n == sampling.max_new_tokens - 1:
                 break
-            step_pos = step_pos + 1  # one cached forward per token after the first
-            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=mask.device)], 1)
-            out = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=step_pos,
-                             past_key_values=cache, use_cache=True)  # fmt: skip
-            cache, logits = out.past_key_values, out.logits[:, -1, :].float()  # [B, V]
+            logits, cache, mask, step_pos = self.decode(token, cache, mask, step_pos)
         tok = torch.stack(tokens, 1).tolist()  # [B, T]
         lp = torch.stack(logprobs, 1).tolist()
         out_ids, out_lp = [], []
@@ -104,6 +98,20 @@ class HFBackend:
             out_ids.append(tok[row][:n])
             out_lp.append(lp[row][:n])
         return out_ids, out_lp
+
+    def batches(self, prompts: list[list[int]]) -> list[list[int]]:
+        """Indices of the prompts in generation batches: by length (little padding), `batch_size` each."""
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        return [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+
+    def decode(self, token: torch.Tensor, cache, mask: torch.Tensor, positions: torch.Tensor):
+        """One cached forward for the tokens [B] just sampled: (next-token logits [B, V], cache, mask
+        [B, T + 1], positions [B, 1])."""
+        positions = positions + 1
+        mask = torch.cat([mask, torch.ones((len(token), 1), dtype=mask.dtype, device=mask.device)], 1)
+        out = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         use_cache=True)  # fmt: skip
+        return out.logits[:, -1, :].float(), out.past_key_values, mask, positions
 
     def prefill(self, prompts: list[list[int]]):
         """The prompts' forward pass: (next-token logits [B, V], KV cache, attention mask [B, T], last

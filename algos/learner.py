@@ -37,7 +37,7 @@ import torch
 
 from agents.model import autocast
 from algos.distributed import SINGLE, World, aligned_chunks, all_sum, gather
-from algos.logprobs import Sample, collate, response_logprobs  # noqa: F401 (Sample, collate: re-exported)
+from algos.logprobs import Sample, batch_order, collate, response_logprobs
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -316,10 +316,7 @@ class Learner:
         num_seqs, num_tokens = (int(v) for v in all_sum([len(mini), sum(len(s.response_ids) for s in mini)],
                                                           self.world))  # fmt: skip
         scale = float(self.world.size)
-        if self.share:  # equal prompts side by side, so that a micro-batch holds all their copies
-            mini = sorted(mini, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.response_ids)))
-        else:  # little padding
-            mini = sorted(mini, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
+        mini = batch_order(mini, self.share)
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         acc = {k: [0.0, 0.0] for k in ("ratio", "clipped", "clipped_low", "clipped_high", "dual_clipped",

@@ -75,6 +75,14 @@ def collate(samples: list[Sample], pad_id: int, device, share_prompts: bool = Fa
     return {k: v.to(device) for k, v in batch.items()}
 
 
+def batch_order(samples: list[Sample], share_prompts: bool = False) -> list[Sample]:
+    """The samples in the order micro-batches are cut from: by length (little padding), or with
+    `share_prompts` equal prompts side by side, so that a micro-batch holds all their copies."""
+    if share_prompts:
+        return sorted(samples, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.response_ids)))
+    return sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
+
+
 def response_logprobs(
     model, batch: dict, temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False
 ):

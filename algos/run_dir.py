@@ -24,6 +24,12 @@ import yaml
 TRAINER_STATE = "trainer_state.pt"  # marks a checkpoint written by this trainer
 
 
+def read_metrics(run: str | Path) -> list[dict]:
+    """The rows of a run's metrics.jsonl, in order (one per iteration, plus evaluation and audit rows)."""
+    lines = (Path(run) / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

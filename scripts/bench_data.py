@@ -53,7 +53,9 @@ def warm_up(env: str, out: Path, seed: int, sft_steps: int, flags: Sequence[str]
 
 
 def summarize(run: Path) -> dict:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    from algos.run_dir import read_metrics
+
+    rows = read_metrics(run)
     it = [r for r in rows if "rollout/frac_zero_std_groups" in r]
     evals = [r for r in rows if "eval/success_rate" in r]
     informative = [r["data/groups_collected"] * (1 - r["rollout/frac_zero_std_groups"]) for r in it]

@@ -157,10 +157,12 @@ def scaled(preset: Preset, args: argparse.Namespace) -> Preset:
 
 
 def read_rows(run: Path) -> list[dict]:
+    from algos.run_dir import read_metrics
+
     path = run / "metrics.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_metrics(run)
 
 
 def warm_done(warm: Path) -> bool:

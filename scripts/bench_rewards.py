@@ -30,7 +30,9 @@ VARIANTS = {
 
 
 def curve(run: Path) -> dict[int, float]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    from algos.run_dir import read_metrics
+
+    rows = read_metrics(run)
     return {r["iteration"]: r["eval/success_rate"] for r in rows if r.get("eval/success_rate") is not None}
 
 

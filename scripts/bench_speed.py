@@ -86,35 +86,29 @@ def by_iteration(calls: list[tuple]) -> list[list[tuple]]:
 
 
 def pure_generation(model, calls: list[tuple], pad_id: int) -> float:
-    """Seconds to run the model over the recorded generate calls: per batch (the backend's
-    batching: prompts sorted by length, `batch_size` at a time) the backend's prefill (equal
-    prompts once) and one cached forward per further token, feeding the tokens that were sampled."""
+    """Seconds to run the model over the recorded generate calls: in the backend's batches, its
+    prefill (equal prompts once) and one cached forward per further token (its `decode`), feeding
+    the tokens that were sampled."""
     import torch
 
     from agents.backend import HFBackend
 
-    backend = HFBackend(model, [], pad_id)
     batches = []
     for _, prompts, responses, batch_size in (c for c in calls if c[0] == "generate"):
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
+        backend = HFBackend(model, [], pad_id, batch_size)
+        for chunk in backend.batches(prompts):
             steps = max(len(responses[i]) for i in chunk)
             forced = torch.full((len(chunk), max(steps, 1)), pad_id, dtype=torch.long)
             for row, i in enumerate(chunk):
                 forced[row, : len(responses[i])] = torch.tensor(responses[i], dtype=torch.long)
-            batches.append(([prompts[i] for i in chunk], forced, steps))
+            batches.append((backend, [prompts[i] for i in chunk], forced, steps))
     model.eval()
     start = time.perf_counter()
     with torch.no_grad():
-        for prompts, forced, steps in batches:
-            _, cache, mask, step_pos = backend.prefill(prompts)
+        for backend, prompts, forced, steps in batches:
+            _, cache, mask, positions = backend.prefill(prompts)
             for t in range(steps - 1):  # the backend's loop: one forward per sampled token after the first
-                step_pos = step_pos + 1
-                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
-                out = model(input_ids=forced[:, t : t + 1], attention_mask=mask, position_ids=step_pos,
-                            past_key_values=cache, use_cache=True)  # fmt: skip
-                cache = out.past_key_values
+                _, cache, mask, positions = backend.decode(forced[:, t], cache, mask, positions)
     return time.perf_counter() - start
 
 
@@ -125,14 +119,11 @@ def pure_update(model, calls: list[tuple], pad_id: int, micro_batch_size: int, t
     side and run once; without, every sample's prompt runs (the work without that saving)."""
     import torch
 
-    from algos.logprobs import collate, response_logprobs
+    from algos.logprobs import batch_order, collate, response_logprobs
 
     steps = []
     for _, mini in (c for c in calls if c[0] == "step"):
-        if share_prompts:
-            mini = sorted(mini, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.response_ids)))
-        else:
-            mini = sorted(mini, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
+        mini = batch_order(mini, share_prompts)
         chunks = [mini[i : i + micro_batch_size] for i in range(0, len(mini), micro_batch_size)]
         steps.append([collate(c, pad_id, model.device, share_prompts) for c in chunks])
     model.train()
@@ -153,6 +144,7 @@ def hardware(iterations: int, out: Path, model: str | None, flags: list[str] | N
 
     from agents.model import load_model, load_tokenizer
     from algos.config import parse_config, validate
+    from algos.run_dir import read_metrics
     from algos.train import TIME_SECTIONS, train
 
     base = ["--iterations", str(iterations), "--eval-episodes", "0", "--output-dir", str(out / "hardware-run")]
@@ -160,7 +152,7 @@ def hardware(iterations: int, out: Path, model: str | None, flags: list[str] | N
     validate(cfg)
     with recording() as calls:
         run = train(cfg)
-    rows = [json.loads(line) for line in (run.path / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run.path)
     rows = [r for r in rows if "time/wall_s" in r]
     final = max(run.path.glob("checkpoints/iter_*"), key=lambda p: int(p.name.split("_")[1]))
     tokenizer = load_tokenizer(str(final))

@@ -24,7 +24,9 @@ DEFAULT_METRICS = ("eval/success_rate", "rollout/success_rate", "rollout/episode
 
 def read_series(run: Path, metric: str, x: str) -> tuple[list[float], list[float]]:
     """(xs, ys) of one metric: rows holding it, x from the same row (or the iteration's rows)."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    from algos.run_dir import read_metrics
+
+    rows = read_metrics(run)
     x_at: dict[int, float] = {}
     for r in rows:
         if r.get(x) is not None:

@@ -127,13 +127,14 @@ def summary(step_seconds: list[float], completions_per_step: list[int], lengths:
 # ---- ours -------------------------------------------------------------------------------
 def run_ours(w: Workload) -> dict:
     """algos.train in this process into a temporary run directory; times from its metrics.jsonl."""
+    from algos.run_dir import read_metrics
     from algos.train import main as train_main
 
     with tempfile.TemporaryDirectory(prefix="trl_compare_ours_") as tmp:
         run = Path(tmp) / "run"
         if train_main(our_flags(w, str(run))) != 0:
             raise RuntimeError("our trainer failed (see the error above)")
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        rows = read_metrics(run)
         iters = [r for r in rows if "time/wall_s" in r]
         seeds = {json.loads(line)["iteration"]: json.loads(line)["seed"]
                  for line in (run / "transcripts.jsonl").read_text().splitlines()}  # fmt: skip
