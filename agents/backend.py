@@ -11,6 +11,10 @@ learner computes the same quantity, so with this backend the ratio starts at exa
 
 `HFBackend` is the default and the reference: a plain sampling loop over a Hugging Face
 causal LM with left padding and a KV cache, batched in chunks of similar prompt length.
+Real checkpoints pad their embedding matrix beyond the tokenizer (Qwen2.5: 151,936 rows for
+151,665 tokens); those rows are no tokens, so both backends sample from the first
+`vocab = len(tokenizer)` logits only, and the learner scores the same truncated distribution
+(algos/logprobs.py), so the first PPO ratio stays 1.
 `agents.vllm_backend.VLLMBackend` serves the same protocol from a vLLM engine. Both have
 `sync(model)` (after a policy update: make generation use the new weights) and `release()`
 (before the update: free what generation holds). For this backend `release` is a no-op, and so
@@ -38,8 +42,9 @@ class HFBackend:
     """Batched sampling with a KV cache over a `transformers` causal LM."""
 
     def __init__(self, model, eos_ids: list[int], pad_id: int, batch_size: int = 64, seed: int = 0,
-                 precision: str = "off"):  # fmt: skip
+                 precision: str = "off", vocab: int = 0):  # fmt: skip
         self.model, self.precision = model, precision
+        self.vocab = vocab or None  # tokens a sample may take: ids >= len(tokenizer) are padded rows
         self.eos_ids = torch.tensor(sorted(set(eos_ids)))
         self.pad_id = pad_id
         self.batch_size = batch_size
@@ -111,7 +116,7 @@ class HFBackend:
         mask = torch.cat([mask, torch.ones((len(token), 1), dtype=mask.dtype, device=mask.device)], 1)
         out = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=positions, past_key_values=cache,
                          use_cache=True)  # fmt: skip
-        return out.logits[:, -1, :].float(), out.past_key_values, mask, positions
+        return out.logits[:, -1, : self.vocab].float(), out.past_key_values, mask, positions
 
     def prefill(self, prompts: list[list[int]]):
         """The prompts' forward pass: (next-token logits [B, V], KV cache, attention mask [B, T], last
@@ -123,7 +128,7 @@ class HFBackend:
         input_ids, mask, positions = left_pad([list(p) for p in unique], self.pad_id, self.device)
         out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=1)  # fmt: skip
-        cache, logits = out.past_key_values, out.logits[:, -1, :].float()
+        cache, logits = out.past_key_values, out.logits[:, -1, : self.vocab].float()
         if len(unique) < len(prompts):
             index = torch.tensor(rows, device=self.device)
             cache.reorder_cache(index)  # rows of the unique prompts -> rows of the batch
@@ -145,21 +150,78 @@ def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tenso
 
 
 def sample(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row from [B, V] logits; returns (token [B], logprob [B])."""
-    if sampling.temperature <= 0:
-        logp = torch.log_softmax(logits, -1)
+    """One token per row from [B, V] logits; returns (token [B], logprob [B]), the logprob of
+    log softmax(logits / T) before top-p truncation. The logits are overwritten (they are the
+    backend's own buffer: working in place saves a [B, V] allocation per step, which at a real
+    vocabulary costs more than the arithmetic).
+
+    Sampling is by inverse CDF, exact at any vocabulary size: one uniform u per row, and the
+    token is the first whose running probability mass exceeds u, found block by block in float64
+    (draw). A token of probability 0 (outside the nucleus, or underflowed) adds no mass, so it can
+    never be drawn, whatever u is; the exponential race argmax p / E this replaces drew arbitrary
+    tokens when torch.rand returned exactly 0 (E = 0: p / E = inf or NaN), 1 in 2^24 draws per
+    vocabulary entry, which at V = 151,936 is about 1 % of all sampled tokens."""
+    if sampling.temperature <= 0:  # greedy; the logprob at T = 1: -log sum exp(z - max z)
         token = logits.argmax(-1)
-        return token, logp.gather(-1, token[:, None])[:, 0]
-    logp = torch.log_softmax(logits / sampling.temperature, -1)
-    probs = logp.exp()
+        weights = logits.sub_(logits.gather(-1, token[:, None])).exp_()
+        return token, -block_sums(weights).sum(-1).log().float()
+    if sampling.temperature != 1.0:
+        logits.div_(sampling.temperature)
+    weights = logits.sub_(logits.amax(-1, keepdim=True)).exp_()  # [B, V] exp(z - max z): the top token is 1
+    sums = block_sums(weights)  # [B, blocks] float64
+    log_total = sums.sum(-1).log()  # the logprob's normaliser, before top-p
     if sampling.top_p < 1.0:
-        sorted_p, idx = probs.sort(-1, descending=True)
-        # keep the smallest prefix whose mass reaches top_p (always at least one token)
-        drop = sorted_p.cumsum(-1) - sorted_p >= sampling.top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
-    # argmax p_i / E_i with E_i ~ Exp(1) is a draw from p (the exponential race, as Gumbel-max; what
-    # torch.multinomial does inside). E = -log(1 - U) from uniforms: ~5x faster than exponential_ on CPU.
-    race = torch.rand(probs.shape, generator=generator, device=probs.device).neg_().log1p_().neg_()
-    token = (probs / race).argmax(-1)
-    return token, logp.gather(-1, token[:, None])[:, 0]
+        keep_nucleus(weights, sums.sum(-1), sampling.top_p)
+        sums = block_sums(weights)
+    u = torch.rand(len(weights), generator=generator, device=weights.device, dtype=torch.float64)
+    token = draw(weights, sums, u)
+    return token, (weights.gather(-1, token[:, None])[:, 0].double().log() - log_total).float()
+
+
+BLOCK = 256  # draw's block size: [B, V / 256] running sums, then one block of 256 per row
+
+
+def block_sums(weights: torch.Tensor) -> torch.Tensor:
+    """[B, V] nonnegative weights -> [B, ceil(V / BLOCK)] float64 sums of consecutive blocks."""
+    rows, vocab = weights.shape
+    full = vocab // BLOCK * BLOCK
+    sums = weights[:, :full].reshape(rows, -1, BLOCK).sum(-1)
+    if full < vocab:
+        sums = torch.cat([sums, weights[:, full:].sum(-1, keepdim=True)], 1)
+    return sums.double()
+
+
+def draw(weights: torch.Tensor, sums: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw: per row the first index whose running sum of `weights` [B, V] exceeds
+    u * total, for u [B] in [0, 1); `sums` are block_sums(weights). An index of weight 0 is never
+    returned: it adds nothing to the running sum, and where rounding puts the target past a
+    block's last entry, the block's last positive entry is taken."""
+    cum = sums.cumsum(-1)  # [B, blocks]
+    target = u * cum[:, -1]
+    block = torch.searchsorted(cum, target[:, None], right=True)[:, 0].clamp(max=cum.shape[1] - 1)
+    before = torch.where(block > 0, cum.gather(-1, (block - 1).clamp(min=0)[:, None])[:, 0], 0.0)
+    offsets = torch.arange(BLOCK, device=weights.device)
+    index = block[:, None] * BLOCK + offsets  # [B, BLOCK] the chosen block's entries
+    inside = index < weights.shape[1]  # the last block may be short
+    w = weights.gather(-1, index.clamp(max=weights.shape[1] - 1)) * inside
+    running = w.double().cumsum(-1)
+    pos = (running <= (target - before)[:, None]).sum(-1)  # first entry whose running sum exceeds the target
+    last_positive = torch.where(w > 0, offsets, -1).amax(-1)
+    return block * BLOCK + torch.minimum(pos, last_positive)
+
+
+def keep_nucleus(weights: torch.Tensor, total: torch.Tensor, top_p: float) -> None:
+    """Zero, in place, every weight outside the smallest set of largest weights whose mass reaches
+    top_p * total (always at least one). The candidates come from topk, widened until they hold
+    that mass, so a peaked distribution never sorts the whole vocabulary."""
+    vocab = weights.shape[1]
+    k = min(vocab, 1024)
+    while True:
+        top, idx = weights.topk(k, -1)  # [B, k] descending
+        mass = top.double().cumsum(-1)
+        if k == vocab or bool((mass[:, -1] >= top_p * total).all()):
+            break
+        k = min(vocab, 8 * k)
+    keep = (mass - top) < (top_p * total)[:, None]  # the mass before it has not reached top_p yet
+    mask = torch.zeros_like(weights, dtype=torch.bool).scatter_(-1, idx, keep)
+    weights.masked_fill_(~mask, 0.0)

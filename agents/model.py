@@ -19,13 +19,12 @@ import contextlib
 import math
 import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+from agents.profiles import PROFILES, profile_path, save_atomically
 from envs.base import cache_dir
 
 TINY = "tiny"
@@ -48,18 +47,23 @@ def is_local_path(name: str) -> bool:
     return os.path.exists(name) or name.startswith(("/", ".", "~")) or name.count("/") > 1
 
 
+def is_builtin(name: str) -> bool:
+    """`tiny` or a real-vocabulary profile (agents/profiles.py): built locally on first use."""
+    return name == TINY or name in PROFILES
+
+
 def model_missing(name: str) -> bool:
-    """A local model path that does not exist (hub ids and `tiny` are not checked here)."""
-    return name != TINY and is_local_path(name) and not os.path.exists(os.path.expanduser(name))
+    """A local model path that does not exist (hub ids and built-in models are not checked here)."""
+    return not is_builtin(name) and is_local_path(name) and not os.path.exists(os.path.expanduser(name))
 
 
 def resolve_model(name: str) -> str:
-    """`tiny` -> the cached tiny model (built on first use); anything else unchanged."""
-    if name != TINY:
+    """`tiny` / `tiny-qwen2.5` -> the cached built-in model (built on first use); anything else unchanged."""
+    if not is_builtin(name):
         return os.path.expanduser(name) if is_local_path(name) else name
-    path = tiny_model_path()
+    path = tiny_model_path() if name == TINY else profile_path(name)
     if not (path / "config.json").exists():
-        build_tiny_model(path)
+        (build_tiny_model if name == TINY else PROFILES[name])(path)
     return str(path)
 
 
@@ -146,18 +150,7 @@ def build_tiny_model(path: Path, seed: int = 0) -> None:
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(config)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Build into a temp folder and rename: concurrent first runs never see half a model.
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
-    model.save_pretrained(tmp, is_main_process=True)
-    tokenizer.save_pretrained(tmp)
-    if not (tmp / "config.json").exists():  # transformers saves on rank 0 only once torch.distributed is up
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise RuntimeError(f"the tiny model could not be written to {path}: build it on rank 0 before the others")
-    try:
-        os.replace(tmp, path)
-    except OSError:  # another process won the race; its copy is identical
-        shutil.rmtree(tmp, ignore_errors=True)
+    save_atomically(path, model, tokenizer)
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False):

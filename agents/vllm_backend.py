@@ -13,7 +13,8 @@ computed with the old weights. On a GPU, `sleep=True` frees the KV cache while t
 updates and restores it after the sync (vLLM sleep mode; the CPU build has none).
 
 Logprobs are vLLM's `processed_logprobs`: log softmax(logits / T), the quantity the learner
-recomputes. With top_p < 1 they are taken after nucleus truncation (the distribution the
+recomputes. The head's padded rows (ids >= len(tokenizer)) are masked to -inf by a logits
+processor first, as the HF backend and the learner leave them out. With top_p < 1 they are taken after nucleus truncation (the distribution the
 token was actually drawn from), where HFBackend reports them before it; rollout
 correction (`--rollout-is`, on by default with this backend) reweights either way.
 
@@ -84,10 +85,36 @@ def _prepare_process(on_gpu: bool) -> None:
     logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_RotaryReloadFilter())
 
 
+def padded_rows_mask(vocab: int):
+    """A vLLM logits processor class that sets the logits of ids >= `vocab` to -inf for every request.
+    The engine applies it before sampling and before it computes processed logprobs, so the padded
+    rows of a real checkpoint's head are never sampled and the logprobs are those of the masked
+    distribution, the one the trainer scores (algos/logprobs.py). One tensor write per step; the
+    per-request alternative, SamplingParams(allowed_token_ids=...), validates 151k ids per request."""
+    from vllm.v1.sample.logits_processor import LogitsProcessor
+
+    class PaddedRowsMask(LogitsProcessor):
+        def __init__(self, vllm_config, device, is_pin_memory: bool) -> None:
+            pass
+
+        def is_argmax_invariant(self) -> bool:
+            return False  # it can change the argmax: greedy decoding needs it too
+
+        def update_state(self, batch_update) -> None:
+            pass
+
+        def apply(self, logits):
+            logits[:, vocab:] = float("-inf")
+            return logits
+
+    return PaddedRowsMask
+
+
 class VLLMBackend:
     """Batched sampling through an in-process vLLM engine, with weight sync from a torch model."""
 
-    def __init__(self, model_path: str, eos_ids: list[int], engine: EngineConfig, on_gpu: bool, seed: int = 0):
+    def __init__(self, model_path: str, eos_ids: list[int], engine: EngineConfig, on_gpu: bool, seed: int = 0,
+                 vocab: int = 0):  # fmt: skip
         _prepare_process(on_gpu)
         from vllm import LLM
 
@@ -101,6 +128,8 @@ class VLLMBackend:
             logprobs_mode="processed_logprobs",
             trust_remote_code=engine.trust_remote_code,
         )
+        if vocab:  # the head's rows from len(tokenizer) on are padding: -inf before sampling and logprobs
+            kwargs["logits_processors"] = [padded_rows_mask(vocab)]
         if engine.kv_cache_gib > 0 or not on_gpu:
             kwargs["kv_cache_memory_bytes"] = int((engine.kv_cache_gib or CPU_KV_CACHE_GIB) * 2**30)
         if from_env().enabled:  # a torchrun rank: join its world, do not make one

@@ -70,6 +70,7 @@ class LearnerConfig:
     rollout_is_cap: float = 2.0
     autocast: str = "off"  # bf16 autocast of the forward passes: bf16, off, auto (bf16 on capable GPUs)
     share_prompts: bool = True  # equal prompts of a micro-batch go through the model once (algos/logprobs.py)
+    vocab: int = 0  # len(tokenizer): head rows beyond it are padding, never sampled or scored (0: all rows)
 
 
 def rollout_is_weights(
@@ -268,7 +269,7 @@ class Learner:
             for chunk in aligned_chunks(samples, cfg.micro_batch_size, self.world):
                 batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
                 with autocast(self.device, cfg.autocast):
-                    logp, _ = response_logprobs(self.model, batch, cfg.temperature)
+                    logp, _ = response_logprobs(self.model, batch, cfg.temperature, vocab=cfg.vocab)
                 if chunk is None:  # this rank has run out: the pass only keeps the collectives in step
                     continue
                 w, st = rollout_is_weights(
@@ -300,9 +301,9 @@ class Learner:
             return None
         with torch.no_grad(), autocast(self.device, self.cfg.autocast):
             if self.ref_model is not None:
-                return response_logprobs(self.ref_model, batch, self.cfg.temperature)[0]
+                return response_logprobs(self.ref_model, batch, self.cfg.temperature, vocab=self.cfg.vocab)[0]
             with getattr(self.model, "module", self.model).disable_adapter():  # the base model
-                return response_logprobs(self.model, batch, self.cfg.temperature)[0]
+                return response_logprobs(self.model, batch, self.cfg.temperature, vocab=self.cfg.vocab)[0]
 
     def _accumulation(self, last: bool):
         """DDP all-reduces gradients on every backward unless told not to: only on the last micro-batch."""
@@ -327,7 +328,8 @@ class Learner:
             batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
             with self._accumulation(last=n == len(chunks) - 1):
                 with autocast(self.device, cfg.autocast):
-                    logp, entropy = response_logprobs(self.model, batch, cfg.temperature, True, cfg.entropy_coef > 0)
+                    logp, entropy = response_logprobs(self.model, batch, cfg.temperature, True, cfg.entropy_coef > 0,
+                                                        cfg.vocab)  # fmt: skip
                 ref = self._reference_logprobs(batch)
                 tok_loss, info = ppo_token_loss(
                     logp, batch["old"], batch["adv"], cfg.epsilon, cfg.epsilon_high, ref, cfg.beta,
@@ -380,7 +382,7 @@ class Learner:
             batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
             with self._accumulation(last=n == len(chunks) - 1):
                 with autocast(self.device, self.cfg.autocast):
-                    logp, _ = response_logprobs(self.model, batch)
+                    logp, _ = response_logprobs(self.model, batch, vocab=self.cfg.vocab)
                 loss = -(logp * batch["mask"]).sum() / num_tokens
                 (loss * (self.world.size if chunk is not None else 0.0)).backward()
             total += float(loss.detach()) if chunk is not None else 0.0

@@ -19,9 +19,12 @@ turns it off under gradient checkpointing and under torchrun.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
+
+from algos import lm_head
 
 
 @dataclass(frozen=True)
@@ -84,29 +87,43 @@ def batch_order(samples: list[Sample], share_prompts: bool = False) -> list[Samp
 
 
 def response_logprobs(
-    model, batch: dict, temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False
-):
-    """Per-token logprobs of the response tokens: ([B, R], entropy [B, R] or None)."""
+    model, batch: dict, temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False,
+    vocab: int | None = None,
+):  # fmt: skip
+    """Per-token logprobs of the response tokens under softmax(logits[:vocab] / T): ([B, R], entropy
+    [B, R] or None). `vocab` = len(tokenizer): padded rows of the head are not tokens (None: all rows).
+    Where algos/lm_head.py applies, the head runs chunk by chunk and [B, R, V] logits never exist."""
     resp = batch["targets"].shape[1]
+    chunked = lm_head.applies(model)
+    score = lm_head.scoring(model, batch["targets"], temperature, vocab, with_entropy, entropy_grad) if chunked \
+        else contextlib.nullcontext()  # fmt: skip
     if "prefix_ids" in batch:  # shared prompts: the distinct prefixes once, then each suffix on their cache
         prefix_attn = batch["prefix_attn"]
-        prefix = model(input_ids=batch["prefix_ids"], attention_mask=prefix_attn,
-                       position_ids=(prefix_attn.cumsum(-1) - 1).clamp(min=0), use_cache=True,
-                       logits_to_keep=1)  # fmt: skip
+        # The prefix pass is for its KV cache: its head output is never used (skipped where chunked).
+        with lm_head.scoring(model, None, 1.0, None, False, False) if chunked else contextlib.nullcontext():
+            prefix = model(input_ids=batch["prefix_ids"], attention_mask=prefix_attn,
+                           position_ids=(prefix_attn.cumsum(-1) - 1).clamp(min=0), use_cache=True,
+                           logits_to_keep=1)  # fmt: skip
         cache = prefix.past_key_values
         cache.reorder_cache(batch["index"])  # [U, ...] -> [B, ...], differentiable
         attn = torch.cat([prefix_attn[batch["index"]], batch["suffix_attn"]], 1)  # [B, P + R]
-        out = model(input_ids=batch["suffix_ids"], attention_mask=attn,
-                    position_ids=(attn.cumsum(-1) - 1).clamp(min=0)[:, -resp:], past_key_values=cache,
-                    use_cache=True)  # fmt: skip
-        logits = out.logits.float() / temperature  # [B, R, V]: column j predicts target j
+        with score:
+            out = model(input_ids=batch["suffix_ids"], attention_mask=attn,
+                        position_ids=(attn.cumsum(-1) - 1).clamp(min=0)[:, -resp:], past_key_values=cache,
+                        use_cache=True)  # fmt: skip
+        scored = out.logits  # [B, R, ...]: column j predicts target j
     else:
         positions = (batch["attn"].cumsum(-1) - 1).clamp(min=0)
-        # Only the last resp+1 positions are needed: skip the LM head over the prompt.
-        out = model(input_ids=batch["ids"], attention_mask=batch["attn"], position_ids=positions,
-                    logits_to_keep=resp + 1)  # fmt: skip
-        logits = out.logits[:, -resp - 1 : -1, :].float() / temperature  # [B, R, V]
-    logp_all = torch.log_softmax(logits, -1)
+        width = batch["ids"].shape[1]
+        # Only the positions that predict a response token go through the head (not the prompt's).
+        keep = torch.arange(width - resp - 1, width - 1, device=batch["ids"].device)
+        with score:
+            out = model(input_ids=batch["ids"], attention_mask=batch["attn"], position_ids=positions,
+                        logits_to_keep=keep)  # fmt: skip
+        scored = out.logits  # [B, R, ...]
+    if chunked:
+        return scored[..., 0], scored[..., 1] if with_entropy else None
+    logp_all = torch.log_softmax(scored[..., :vocab].float() / temperature, -1)  # [B, R, V]
     logp = logp_all.gather(-1, batch["targets"][..., None])[..., 0]
     entropy = None
     if with_entropy:

@@ -137,19 +137,19 @@ def build(cfg: Config, world=distributed.SINGLE, device: str | None = None):
         enable_gradient_checkpointing(model)
     sampler_model = copy.deepcopy(model) if world.enabled and cfg.parallel == "fsdp" else model
     policy = distributed.wrap(model, cfg.parallel, world)
-    extra = model.generation_config.eos_token_id  # chat models often stop on several ids
-    eos = [tokenizer.eos_token_id] + (extra if isinstance(extra, list) else [extra] if extra is not None else [])
+    eos = stop_ids(tokenizer, model)
+    vocab = len(tokenizer)  # the head's rows beyond it (Qwen2.5: 271 of 151,936) are padding: never sampled
     if cfg.backend == "vllm":
         from agents.vllm_backend import VLLMBackend
 
         served = adapter_base(path) if is_adapter(path) else path  # an adapter's engine starts from its base
         backend = VLLMBackend(served, eos, engine_config(cfg), on_gpu=device.startswith("cuda"),
-                              seed=cfg.seed + world.rank)  # fmt: skip
+                              seed=cfg.seed + world.rank, vocab=vocab)  # fmt: skip
         if served != path:
             backend.sync(policy)
     else:
         backend = HFBackend(sampler_model, eos, tokenizer.pad_token_id, cfg.generation_batch_size,
-                            cfg.seed + world.rank, cfg.autocast)  # fmt: skip
+                            cfg.seed + world.rank, cfg.autocast, vocab)  # fmt: skip
     sampling = Sampling(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
     template = prompt_template(cfg.env) if cfg.prompt_template == "auto" else cfg.prompt_template
     prompts = PromptBuilder(cfg.memory, template=template)
@@ -157,9 +157,18 @@ def build(cfg: Config, world=distributed.SINGLE, device: str | None = None):
     # The learner's options carry the same names as the run's; greedy rollouts (T=0) score at T=1.
     shared = {f.name: getattr(cfg, f.name) for f in fields(LearnerConfig) if hasattr(cfg, f.name)}
     learner_cfg = LearnerConfig(
-        **{**shared, "temperature": cfg.temperature or 1.0, "rollout_is": rollout_is_level(cfg)}
+        **{**shared, "temperature": cfg.temperature or 1.0, "rollout_is": rollout_is_level(cfg), "vocab": vocab}
     )
     return policy, tokenizer, agent, learner_cfg
+
+
+def stop_ids(tokenizer, model) -> list[int]:
+    """Every id generation stops at: the tokenizer's EOS and each EOS id of the checkpoint's
+    generation_config (Qwen: <|im_end|> and <|endoftext|>; Llama-3: <|eot_id|>, <|end_of_text|>, ...)."""
+    extra = getattr(model, "generation_config", None)
+    extra = extra.eos_token_id if extra is not None else None
+    ids = [tokenizer.eos_token_id] + (list(extra) if isinstance(extra, (list, tuple)) else [extra])
+    return sorted({i for i in ids if i is not None})
 
 
 def engine_config(cfg: Config):

@@ -37,7 +37,8 @@ def tolerance_for(dtype: str, override: float = 0.0) -> float:
 
 
 @torch.no_grad()
-def logprob_gap(backend, model, prompts: list[list[int]], sampling: Sampling, temperature: float, pad_id: int):
+def logprob_gap(backend, model, prompts: list[list[int]], sampling: Sampling, temperature: float, pad_id: int,
+                vocab: int | None = None):  # fmt: skip
     """Max and mean |engine logprob - trainer logprob| over the tokens the engine samples for `prompts`.
 
     Top-p is switched off for the probe: the engine then reports log softmax(logits / T),
@@ -52,7 +53,7 @@ def logprob_gap(backend, model, prompts: list[list[int]], sampling: Sampling, te
         batch["mask"].zero_()
     was_training = model.training
     model.eval()
-    trainer_logp, _ = response_logprobs(model, batch, temperature)
+    trainer_logp, _ = response_logprobs(model, batch, temperature, vocab=vocab)
     model.train(was_training)
     diff = (trainer_logp.float() - batch["old"]).abs() * batch["mask"]
     tokens = batch["mask"].sum()
@@ -82,8 +83,9 @@ def sync_backend(agent, model, cfg, run, it: int, probe: list[list[int]], check:
     if not (check and probe and cfg.backend != "hf"):  # the HF backend samples from the model itself
         return
     stats = logprob_gap(
-        agent.backend, model, probe, agent.sampling, cfg.temperature or 1.0, agent.tokenizer.pad_token_id
-    )
+        agent.backend, model, probe, agent.sampling, cfg.temperature or 1.0, agent.tokenizer.pad_token_id,
+        len(agent.tokenizer),
+    )  # fmt: skip
     stats["sync/logprob_diff_max"] = all_max(stats["sync/logprob_diff_max"], world)
     run.log(it, stats)
     try:

@@ -79,18 +79,18 @@ def test_equal_prompts_share_one_prefill_and_sample_independently(tiny):
 
 
 def test_sampling_draws_from_the_temperature_scaled_distribution():
-    """The exponential race picks token i with probability softmax(logits / T)_i (and top-p keeps its nucleus)."""
+    """Inverse-CDF sampling picks token i with probability softmax(logits / T)_i (and top-p keeps its nucleus)."""
     from agents.backend import sample
 
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(40_000, 1)
     generator = torch.Generator().manual_seed(0)
-    token, logprob = sample(logits, Sampling(temperature=1.0), generator)
+    token, logprob = sample(logits.clone(), Sampling(temperature=1.0), generator)
     freq = torch.bincount(token, minlength=4).float() / len(token)
     assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.15, 0.05]), atol=0.01)  # 4 sigma at n = 40k
     assert torch.allclose(logprob, torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))[token], atol=1e-6)
     hot = torch.softmax(logits[0] / 2.0, -1)
-    freq = torch.bincount(sample(logits, Sampling(temperature=2.0), generator)[0], minlength=4).float() / len(token)
+    freq = torch.bincount(sample(logits.clone(), Sampling(temperature=2.0), generator)[0], minlength=4).float() / len(token)
     assert torch.allclose(freq, hot, atol=0.01)
-    nucleus = sample(logits, Sampling(temperature=1.0, top_p=0.7), generator)[0]  # 0.5 + 0.3 reach 0.7
+    nucleus = sample(logits.clone(), Sampling(temperature=1.0, top_p=0.7), generator)[0]  # 0.5 + 0.3 reach 0.7
     assert set(nucleus.tolist()) == {0, 1}
     assert abs((nucleus == 0).float().mean().item() - 0.5 / 0.8) < 0.01
