@@ -9,8 +9,9 @@ path that serves the tiny model also serves `--model Qwen/Qwen2.5-1.5B-Instruct`
 Nothing is downloaded.
 
 Why these sizes: 4 layers, hidden 128 and 4 heads give head_dim 32 (vLLM's CPU attention
-kernels need >= 32); embeddings are untied because engines that reload weights in place
-mishandle tied ones; ~1M parameters keep a CPU iteration in seconds.
+kernels need >= 32); ~1M parameters keep a CPU iteration in seconds. Its embeddings are untied;
+the real-vocabulary profile `--model tiny-qwen2.5` (agents/profiles.py) has tied ones, as
+Qwen2.5-0.5B/1.5B and Llama-3.2 do, and the tests sync it into vLLM in place exactly.
 """
 
 from __future__ import annotations

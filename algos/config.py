@@ -53,7 +53,8 @@ class Config:
     output_dir: str = ""
     """Run directory; empty = runs/<env>-<algo>-s<seed>-<time>."""
     model: str = "tiny"
-    """`tiny` (built locally, cached), a local folder, or a Hugging Face hub id."""
+    """`tiny` (built locally, cached), `tiny-qwen2.5` (Qwen2.5-shaped: the real 151,936-row vocabulary, tied
+    embeddings, Qwen's chat template; random weights, built offline), a local folder, or a Hugging Face hub id."""
     device: str = "auto"
     """auto (cuda if available), cpu or cuda[:N]."""
     dtype: str = "float32"
@@ -508,7 +509,7 @@ def validate(cfg: Config) -> None:
     check_scale(cfg)
     check_backend(cfg)
     if model_missing(cfg.model):
-        raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, or tiny")
+        raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, tiny or tiny-qwen2.5")
     if is_adapter(os.path.expanduser(cfg.model)) and model_missing(adapter_base(os.path.expanduser(cfg.model))):
         raise ConfigError(f"{cfg.model} is a LoRA adapter whose base model "
                           f"{adapter_base(os.path.expanduser(cfg.model))!r} is not here")  # fmt: skip

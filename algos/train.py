@@ -54,6 +54,7 @@ from agents.model import (
     resolve_model,
 )
 from agents.prompt import PromptBuilder
+from agents.templates import template_notes
 from algos import checkpoint, distributed
 from algos.advantages import (
     anchor_group_sizes,
@@ -62,7 +63,7 @@ from algos.advantages import (
     rloo_advantages,
     similarity_keys,
 )
-from algos.collector import Collector, Step
+from algos.collector import Collector, Step, note_once
 from algos.config import Config, ConfigError, env_kwargs, parse_config, rollout_is_level, validate
 from algos.data import DataLayer, data_config, task_sampler
 from algos.evaluation import held_out_seeds, play, summarize
@@ -126,6 +127,9 @@ def build(cfg: Config, world=distributed.SINGLE, device: str | None = None):
     device = device or distributed.device_for(cfg.device, world)
     path = resolve_model(cfg.model)
     tokenizer = load_tokenizer(path, cfg.trust_remote_code)
+    if world.main:
+        for note in template_notes(tokenizer):  # what the checkpoint's chat template does to prompts
+            note_once(note)
     model = load_model(path, device, getattr(torch, cfg.dtype), cfg.trust_remote_code,
                        adapter="train" if cfg.lora_rank else "merge")  # fmt: skip
     if cfg.lora_rank and not hasattr(model, "peft_config"):
