@@ -190,6 +190,8 @@ def test_vllm_engine_masks_padded_rows_and_stops_at_every_eos(qwen_path):
         gap = logprob_gap(engine, model, [prompt] * 4, Sampling(max_new_tokens=6), 1.0, tokenizer.pad_token_id,
                           len(tokenizer))  # fmt: skip
         assert gap["sync/logprob_diff_max"] < 1e-4  # the masked distribution on both sides
+        with torch.no_grad():
+            model.lm_head.weight[151_700] = 0.0
         for stop in EOS_IDS:
             hot_token(model, prompt, stop)
             engine.sync(model)
