@@ -76,25 +76,29 @@ def head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Ten
 
 
 class _HeadLogprobs(torch.autograd.Function):
+    """Two [chunk, vocab] float32 buffers serve every chunk of a call, forward and backward: on CPU a
+    fresh tensor of that size is a fresh mmap whose page faults cost more than the softmax itself.
+    The temperature scales the hidden states ([n, H]) instead of the logits ([n, V])."""
+
     @staticmethod
     def forward(ctx, hidden, weight, targets, temperature, vocab, with_entropy, entropy_grad, dtype):
         w = weight[:vocab].to(dtype)
         n = hidden.shape[0]
-        step = max(1, CHUNK_ELEMENTS // vocab)
+        step = min(n, max(1, CHUNK_ELEMENTS // vocab))
         logp = torch.empty(n, device=hidden.device)
         entropy = torch.zeros(n, device=hidden.device)
         lse = torch.empty(n, device=hidden.device)
+        z_buf, lp_buf = (torch.empty(step, vocab, device=hidden.device) for _ in range(2))
         with torch.autocast(hidden.device.type, enabled=False):
             for s in range(0, n, step):
-                z = (hidden[s : s + step].to(dtype) @ w.T).float().div_(temperature)  # [n, vocab]
-                top = z.amax(-1, keepdim=True)
-                z.sub_(top)  # z - max: exp() cannot overflow
-                e = z.exp()
-                total = e.sum(-1)
-                lse[s : s + step] = top[:, 0] + total.log()
-                logp[s : s + step] = z.gather(-1, targets[s : s + step, None])[:, 0] - total.log()
-                if with_entropy:  # H = log S - sum(e z') / S with z' = z - max, S = sum(e)
-                    entropy[s : s + step] = total.log() - (e * z).sum(-1) / total
+                rows = slice(s, s + step)
+                z = _logits(hidden[rows] / temperature, w, z_buf)  # [r, vocab] z = h W^T / T
+                target_z = z.gather(-1, targets[rows, None])[:, 0]
+                lp = torch.log_softmax(z, -1, out=lp_buf[: len(z)])
+                logp[rows] = lp.gather(-1, targets[rows, None])[:, 0]
+                lse[rows] = target_z - logp[rows]  # log sum exp z, for the backward
+                if with_entropy:  # H = -sum p log p, written over z (torch's pairwise sum: float32 is exact enough)
+                    entropy[rows] = -torch.exp(lp, out=z).mul_(lp).sum(-1)
         ctx.save_for_backward(hidden, weight, targets, lse, entropy)
         ctx.settings = (temperature, vocab, dtype, step, entropy_grad)
         if not entropy_grad:
@@ -110,22 +114,33 @@ class _HeadLogprobs(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden) if need_hidden else None
         grad_weight = torch.zeros(weight.shape, device=weight.device) if need_weight else None
         use_entropy = entropy_grad and grad_entropy is not None
+        z_buf, p_buf = (torch.empty(step, vocab, device=hidden.device) for _ in range(2))
         with torch.autocast(hidden.device.type, enabled=False):
             for s in range(0, hidden.shape[0], step):
-                h = hidden[s : s + step].to(dtype)
-                logp = (h @ w.T).float().div_(temperature).sub_(lse[s : s + step, None])  # [n, vocab] log p
-                p = logp.exp()
-                g = grad_logp[s : s + step, None]
-                if use_entropy:  # d/dz of logp_target and of H: onehot - p, and -p (log p + H)
-                    gz = logp.add_(entropy[s : s + step, None]).mul_(-grad_entropy[s : s + step, None]).sub_(g).mul_(p)
+                rows = slice(s, s + step)
+                scaled = hidden[rows] / temperature
+                z = _logits(scaled, w, z_buf)
+                p = torch.softmax(z, -1, out=p_buf[: len(z)])
+                g = grad_logp[rows, None]
+                # d logp_target / dz = onehot - p;  d H / dz = -p (log p + H), log p = z - lse
+                if use_entropy:
+                    a = grad_entropy[rows, None]
+                    gz = p.mul_(z.mul_(-a).sub_(g + a * (entropy[rows, None] - lse[rows, None])))
                 else:
                     gz = p.mul_(-g)
-                gz.scatter_add_(-1, targets[s : s + step, None], g)
-                gz = gz.div_(temperature).to(dtype)
+                gz.scatter_add_(-1, targets[rows, None], g)
                 if need_hidden:
-                    grad_hidden[s : s + step] = gz @ w
+                    grad_hidden[rows] = (gz.to(dtype) @ w).to(hidden.dtype) / temperature
                 if need_weight:
-                    grad_weight[:vocab].addmm_(gz.T.float(), h.float())
+                    grad_weight[:vocab].addmm_(gz.T, scaled.float())
         if need_weight:
             grad_weight = grad_weight.to(weight.dtype)
         return grad_hidden, grad_weight, None, None, None, None, None, None
+
+
+def _logits(scaled: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """scaled [r, H] @ w.T into the float32 buffer `out` (its first r rows), in the compute dtype."""
+    out = out[: len(scaled)]
+    if w.dtype == torch.float32:
+        return torch.matmul(scaled.float(), w.T, out=out)
+    return out.copy_(scaled.to(w.dtype) @ w.T)
