@@ -58,11 +58,15 @@ def scoring(model, targets: torch.Tensor | None, temperature: float, vocab: int 
                                       temperature, vocab, with_entropy, entropy_grad)  # fmt: skip
         return torch.stack([logp, entropy], -1).reshape(rows, width, 2)
 
+    previous = head.__dict__.get("forward")  # accelerate's device hooks, for one, set an instance forward
     head.forward = forward  # an instance attribute: nn.Module.__call__ (and every hook) still runs
     try:
         yield
     finally:
-        del head.forward
+        if previous is None:
+            del head.forward
+        else:
+            head.forward = previous
 
 
 def head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
