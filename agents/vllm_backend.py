@@ -14,9 +14,10 @@ updates and restores it after the sync (vLLM sleep mode; the CPU build has none)
 
 Logprobs are vLLM's `processed_logprobs`: log softmax(logits / T), the quantity the learner
 recomputes. The head's padded rows (ids >= len(tokenizer)) are masked to -inf by a logits
-processor first, as the HF backend and the learner leave them out. With top_p < 1 they are taken after nucleus truncation (the distribution the
-token was actually drawn from), where HFBackend reports them before it; rollout
-correction (`--rollout-is`, on by default with this backend) reweights either way.
+processor first, as the HF backend and the learner leave them out. With top_p < 1 they are
+taken after nucleus truncation (the distribution the token was actually drawn from), where
+HFBackend reports them before it; rollout correction (`--rollout-is`, on by default with
+this backend) reweights either way.
 
 Sampling draws from the engine's RNG, seeded once with the run's seed, so a run replays
 exactly on the same machine. (Per-request seeds would make it independent of batching, but
