@@ -169,32 +169,32 @@ def sample(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator)
         logits.div_(sampling.temperature)
     weights = logits.sub_(logits.amax(-1, keepdim=True)).exp_()  # [B, V] exp(z - max z): the top token is 1
     sums = block_sums(weights)  # [B, blocks] float64
-    log_total = sums.sum(-1).log()  # the logprob's normaliser, before top-p
+    total = sums.sum(-1)  # the logprob's normaliser, before top-p
     if sampling.top_p < 1.0:
-        keep_nucleus(weights, sums.sum(-1), sampling.top_p)
+        keep_nucleus(weights, total, sampling.top_p)
         sums = block_sums(weights)
     u = torch.rand(len(weights), generator=generator, device=weights.device, dtype=torch.float64)
     token = draw(weights, sums, u)
-    return token, (weights.gather(-1, token[:, None])[:, 0].double().log() - log_total).float()
+    return token, (weights.gather(-1, token[:, None])[:, 0].double().log() - total.log()).float()
 
 
 BLOCK = 256  # draw's block size: [B, V / 256] running sums, then one block of 256 per row
 
 
-def blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """[B, V] -> a view [B, V // BLOCK, BLOCK] of the whole blocks, and the short last one [B, V % BLOCK]."""
+def per_block(x: torch.Tensor, reduce) -> torch.Tensor:
+    """[B, V] -> [B, ceil(V / BLOCK)]: `reduce` (torch.sum, torch.amax) over consecutive blocks of
+    BLOCK entries, the last one possibly short."""
     rows, vocab = x.shape
     full = vocab // BLOCK * BLOCK
-    return x[:, :full].reshape(rows, -1, BLOCK), (x[:, full:] if full < vocab else None)
+    out = reduce(x[:, :full].reshape(rows, -1, BLOCK), -1)  # a view: no copy of [B, V]
+    if full < vocab:
+        out = torch.cat([out, reduce(x[:, full:], -1, keepdim=True)], 1)
+    return out
 
 
 def block_sums(weights: torch.Tensor) -> torch.Tensor:
     """[B, V] nonnegative weights -> [B, ceil(V / BLOCK)] float64 sums of consecutive blocks."""
-    whole, tail = blocks(weights)
-    sums = whole.sum(-1)
-    if tail is not None:
-        sums = torch.cat([sums, tail.sum(-1, keepdim=True)], 1)
-    return sums.double()
+    return per_block(weights, torch.sum).double()
 
 
 def one_block(x: torch.Tensor, block: torch.Tensor, fill: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -208,11 +208,7 @@ def one_block(x: torch.Tensor, block: torch.Tensor, fill: float) -> tuple[torch.
 def argmax(logits: torch.Tensor) -> torch.Tensor:
     """First index of the row maximum [B], through block maxima (torch's argmax is not vectorised on
     CPU: over 151,665 columns it takes 8x the time of amax)."""
-    whole, tail = blocks(logits)
-    tops = whole.amax(-1)
-    if tail is not None:
-        tops = torch.cat([tops, tail.amax(-1, keepdim=True)], 1)
-    block = tops.argmax(-1)  # the first block holding the maximum
+    block = per_block(logits, torch.amax).argmax(-1)  # the first block holding the maximum
     _, values = one_block(logits, block, float("-inf"))
     return block * BLOCK + values.argmax(-1)
 
