@@ -94,20 +94,25 @@ def response_logprobs(
     [B, R] or None). `vocab` = len(tokenizer): padded rows of the head are not tokens (None: all rows).
     Where algos/lm_head.py applies, the head runs chunk by chunk and [B, R, V] logits never exist."""
     resp = batch["targets"].shape[1]
+    vocab = vocab or None  # 0, like None: every row
     chunked = lm_head.applies(model)
-    score = lm_head.scoring(model, batch["targets"], temperature, vocab, with_entropy, entropy_grad) if chunked \
-        else contextlib.nullcontext()  # fmt: skip
+
+    def head(targets, temperature=1.0):  # the chunked head for one forward, or the model's own
+        if not chunked:
+            return contextlib.nullcontext()
+        return lm_head.scoring(model, targets, temperature, vocab, with_entropy, entropy_grad)
+
     if "prefix_ids" in batch:  # shared prompts: the distinct prefixes once, then each suffix on their cache
         prefix_attn = batch["prefix_attn"]
         # The prefix pass is for its KV cache: its head output is never used (skipped where chunked).
-        with lm_head.scoring(model, None, 1.0, None, False, False) if chunked else contextlib.nullcontext():
+        with head(None):
             prefix = model(input_ids=batch["prefix_ids"], attention_mask=prefix_attn,
                            position_ids=(prefix_attn.cumsum(-1) - 1).clamp(min=0), use_cache=True,
                            logits_to_keep=1)  # fmt: skip
         cache = prefix.past_key_values
         cache.reorder_cache(batch["index"])  # [U, ...] -> [B, ...], differentiable
         attn = torch.cat([prefix_attn[batch["index"]], batch["suffix_attn"]], 1)  # [B, P + R]
-        with score:
+        with head(batch["targets"], temperature):
             out = model(input_ids=batch["suffix_ids"], attention_mask=attn,
                         position_ids=(attn.cumsum(-1) - 1).clamp(min=0)[:, -resp:], past_key_values=cache,
                         use_cache=True)  # fmt: skip
@@ -117,7 +122,7 @@ def response_logprobs(
         width = batch["ids"].shape[1]
         # Only the positions that predict a response token go through the head (not the prompt's).
         keep = torch.arange(width - resp - 1, width - 1, device=batch["ids"].device)
-        with score:
+        with head(batch["targets"], temperature):
             out = model(input_ids=batch["ids"], attention_mask=batch["attn"], position_ids=positions,
                         logits_to_keep=keep)  # fmt: skip
         scored = out.logits  # [B, R, ...]

@@ -215,3 +215,6 @@ def test_a_biased_head_falls_back_to_the_models_own_logits(tiny):
     n, p = len(s.response_ids), len(s.prompt_ids)
     expected = torch.log_softmax(logits[p - 1 : p + n - 1] / 0.9, -1).gather(-1, torch.tensor(s.response_ids)[:, None])
     close(logp[0, -n:], expected[:, 0])
+    with torch.no_grad():  # vocab 0 (LearnerConfig's default) means every row, as None does
+        every_row, _ = response_logprobs(biased, collate([s], tokenizer.pad_token_id, "cpu"), 0.9, vocab=0)
+    close(every_row[0, -n:], expected[:, 0])
