@@ -165,6 +165,14 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     return tok
 
 
+def stop_ids(tokenizer, model) -> list[int]:
+    """Every id generation stops at: the tokenizer's EOS and each EOS id of the checkpoint's
+    generation_config (Qwen: <|im_end|> and <|endoftext|>; Llama-3: <|eot_id|>, <|end_of_text|>, ...)."""
+    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = [tokenizer.eos_token_id] + (list(extra) if isinstance(extra, (list, tuple)) else [extra])
+    return sorted({i for i in ids if i is not None})
+
+
 def is_adapter(path: str) -> bool:
     """A peft adapter checkpoint (adapter_config.json, no full model of its own)."""
     return os.path.isfile(os.path.join(path, "adapter_config.json")) and not os.path.isfile(

@@ -52,6 +52,7 @@ from agents.model import (
     load_model,
     load_tokenizer,
     resolve_model,
+    stop_ids,
 )
 from agents.prompt import PromptBuilder
 from agents.templates import template_notes
@@ -164,15 +165,6 @@ def build(cfg: Config, world=distributed.SINGLE, device: str | None = None):
         **{**shared, "temperature": cfg.temperature or 1.0, "rollout_is": rollout_is_level(cfg), "vocab": vocab}
     )
     return policy, tokenizer, agent, learner_cfg
-
-
-def stop_ids(tokenizer, model) -> list[int]:
-    """Every id generation stops at: the tokenizer's EOS and each EOS id of the checkpoint's
-    generation_config (Qwen: <|im_end|> and <|endoftext|>; Llama-3: <|eot_id|>, <|end_of_text|>, ...)."""
-    extra = getattr(model, "generation_config", None)
-    extra = extra.eos_token_id if extra is not None else None
-    ids = [tokenizer.eos_token_id] + (list(extra) if isinstance(extra, (list, tuple)) else [extra])
-    return sorted({i for i in ids if i is not None})
 
 
 def engine_config(cfg: Config):

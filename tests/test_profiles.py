@@ -119,7 +119,7 @@ def test_model_config_and_tied_weights(qwen, qwen_path):
 
 
 def test_stop_ids_and_resolution(qwen, qwen_path):
-    from algos.train import stop_ids
+    from agents.model import stop_ids
 
     model, tokenizer = qwen
     assert stop_ids(tokenizer, model) == [151_643, 151_645]

@@ -19,9 +19,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from agents.backend import HFBackend, Sampling
+from agents.model import stop_ids
 from agents.profiles import EOS_IDS, MODEL_VOCAB, QWEN25
 from algos.logprobs import Sample, collate
-from algos.train import main, stop_ids
+from algos.train import main
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_distributed import torchrun  # noqa: E402
