@@ -15,6 +15,11 @@ from the same task/seed.
   A = A^E + omega * A^S. A singleton group (std undefined) uses std 0 and so gets exactly 0.
 - scale="batch" (TRL's scale_rewards="batch"): mean_std divides by the std over the whole batch
   instead of the group's; the mean is still the group's.
+- penalties (verl-agent's placement of the invalid-action penalty): a per-row p_t subtracted from
+  that row's own scores only, after the returns are formed: its episode score R_i - p_t and its
+  step return G_t - p_t. The statistics pool the penalised row scores, so this placement needs the
+  "step" baseline (a trajectory pool would hold no penalty, and mean_std would divide a penalty by
+  a zero std). The other placement puts p_t into r_t before anything is computed (the caller's).
 - RLOO (Ahmadian et al., "Back to Basics", 2024): A_i = R_i - mean_{j != i} R_j over the
   trajectories of the group, = G/(G-1) (R_i - mean_group(R)); a singleton group gets 0.
 - similarity_keys: anchor ids for envs without a canonical state (GiGPO's similarity mode):
@@ -105,12 +110,32 @@ def _traj_structure(traj_ids: np.ndarray, group_ids: np.ndarray) -> tuple[I64, I
 
 
 def _episode_adv(
-    rewards: F64, t_inv: I64, g_inv: I64, g_of_traj: I64, n_groups: int, norm: str, baseline: str, scale: str = "group"
+    rewards: F64,
+    t_inv: I64,
+    g_inv: I64,
+    g_of_traj: I64,
+    n_groups: int,
+    norm: str,
+    baseline: str,
+    scale: str = "group",
+    penalties: F64 | None = None,
 ) -> F64:
     returns = np.bincount(t_inv, weights=rewards, minlength=len(g_of_traj))  # [T]
     if baseline == "trajectory":
         return _normalize(returns, g_of_traj, n_groups, norm, scale)[t_inv]  # [N]
-    return _normalize(returns[t_inv], g_inv, n_groups, norm, scale)  # [N], stats over rows
+    scores = returns[t_inv] if penalties is None else returns[t_inv] - penalties  # [N] each row's own score
+    return _normalize(scores, g_inv, n_groups, norm, scale)  # [N], stats over rows
+
+
+def _penalties(penalties: npt.ArrayLike | None, n: int, episode_baseline: str) -> F64 | None:
+    if penalties is None:
+        return None
+    p = _as_1d("penalties", penalties, np.float64)
+    if len(p) != n:
+        raise ValueError(f"penalties must have one value per row ({n}), got {len(p)}")
+    if episode_baseline != "step":
+        raise ValueError("per-row penalties need episode_baseline='step' (their scores join the group's pool)")
+    return p
 
 
 def discounted_returns(rewards: npt.ArrayLike, traj_ids: npt.ArrayLike, gamma: float) -> F32:
@@ -171,15 +196,19 @@ def grpo_advantages(
     norm: str = "mean_std",
     episode_baseline: str = "trajectory",
     scale: str = "group",
+    penalties: npt.ArrayLike | None = None,
 ) -> F32:
-    """GRPO episode-level advantage, broadcast to every step row, float32 [N]."""
+    """GRPO episode-level advantage, broadcast to every step row, float32 [N]. `penalties`: per-row
+    amounts taken off each row's own score (module docstring; needs the step baseline)."""
     _check_options(norm, episode_baseline, scale=scale)
     r = _as_1d("rewards", rewards, np.float64)
     tids, gids = _as_1d("traj_ids", traj_ids), _as_1d("group_ids", group_ids)
-    if _check_lengths(rewards=r, traj_ids=tids, group_ids=gids) == 0:
+    n = _check_lengths(rewards=r, traj_ids=tids, group_ids=gids)
+    p = _penalties(penalties, n, episode_baseline)
+    if n == 0:
         return np.zeros(0, dtype=np.float32)
     t_inv, g_inv, g_of_traj, n_groups = _traj_structure(tids, gids)
-    adv = _episode_adv(r, t_inv, g_inv, g_of_traj, n_groups, norm, episode_baseline, scale)
+    adv = _episode_adv(r, t_inv, g_inv, g_of_traj, n_groups, norm, episode_baseline, scale, p)
     return adv.astype(np.float32)
 
 
@@ -209,18 +238,24 @@ def gigpo_advantages(
     norm: str = "mean",
     episode_baseline: str = "trajectory",
     scale: str = "group",
+    penalties: npt.ArrayLike | None = None,
 ) -> F32:
     """GiGPO advantage: episode term + omega * anchor-state step term, float32 [N].
-    `scale` applies to the episode term; the step term is always scaled within its anchor group."""
+    `scale` applies to the episode term; the step term is always scaled within its anchor group.
+    `penalties`: per-row amounts taken off each row's own episode score and step return (module
+    docstring; needs the step baseline)."""
     _check_options(norm, episode_baseline, gamma, scale)
     r = _as_1d("rewards", rewards, np.float64)
     tids, gids = _as_1d("traj_ids", traj_ids), _as_1d("group_ids", group_ids)
     n = _check_lengths(rewards=r, traj_ids=tids, group_ids=gids, state_keys=state_keys)
+    p = _penalties(penalties, n, episode_baseline)
     if n == 0:
         return np.zeros(0, dtype=np.float32)
     t_inv, g_inv, g_of_traj, n_groups = _traj_structure(tids, gids)
-    ep = _episode_adv(r, t_inv, g_inv, g_of_traj, n_groups, norm, episode_baseline, scale)  # [N]
+    ep = _episode_adv(r, t_inv, g_inv, g_of_traj, n_groups, norm, episode_baseline, scale, p)  # [N]
     step_ret = _discounted(r, t_inv, gamma)  # [N]
+    if p is not None:
+        step_ret = step_ret - p
     a_inv, n_anchor = _anchor_codes(gids, state_keys)  # [N]
     step = _normalize(step_ret, a_inv, n_anchor, norm)  # [N]
     return (ep + omega * step).astype(np.float32)

@@ -359,3 +359,36 @@ def test_advantage_invariants(batch: tuple, shift: float, scale: str) -> None:
         np.testing.assert_allclose(
             gigpo_advantages(r, t, g, unique, norm=norm, scale=scale), grpo_advantages(r, t, g, norm=norm, scale=scale)
         )
+
+
+# --- where the invalid-action penalty goes -----------------------------------------------
+# One group, two trajectories of two steps, gamma 0.5, norm "mean", penalty 0.1 on the first step of
+# trajectory 0: traj 0 = a (invalid, r 0) -> b (r 1), traj 1 = a (r 0) -> c (r 0).
+PEN_TRAJ, PEN_GROUP, PEN_KEYS = [0, 0, 1, 1], [0, 0, 0, 0], ["a", "b", "a", "c"]
+
+
+def test_penalty_inside_the_returns_hand_computed() -> None:
+    # r = [-0.1, 1, 0, 0]: R = (0.9, 0), A^E = +-0.45; G(traj 0) = (-0.1 + 0.5, 1) = (0.4, 1), G(traj 1) = 0;
+    # anchor a = {0.4, 0}: +-0.2; b and c are singletons: 0.
+    out = gigpo_advantages([-0.1, 1.0, 0.0, 0.0], PEN_TRAJ, PEN_GROUP, PEN_KEYS, gamma=0.5, norm="mean")
+    close(out, [0.65, 0.45, -0.65, -0.45])
+
+
+def test_penalty_on_the_faulty_step_only_hand_computed() -> None:
+    # Row scores R - p = (0.9, 1, 0, 0), mean 0.475: A^E = (0.425, 0.525, -0.475, -0.475). Step returns
+    # from the raw rewards, G = (0.5, 1, 0, 0), then G - p = (0.4, 1, 0, 0); anchor a = {0.4, 0}: +-0.2.
+    # The penalty reaches neither the second step's return nor trajectory 0's other scores.
+    out = gigpo_advantages([0.0, 1.0, 0.0, 0.0], PEN_TRAJ, PEN_GROUP, PEN_KEYS, gamma=0.5, norm="mean",
+                           episode_baseline="step", penalties=[0.1, 0.0, 0.0, 0.0])  # fmt: skip
+    close(out, [0.625, 0.525, -0.675, -0.475])
+    assert abs(float(out.sum())) < 1e-6  # step-row statistics: the group's advantages sum to zero
+    ep = grpo_advantages([0.0, 1.0, 0.0, 0.0], PEN_TRAJ, PEN_GROUP, norm="mean", episode_baseline="step",
+                         penalties=[0.1, 0.0, 0.0, 0.0])  # fmt: skip
+    close(ep, [0.425, 0.525, -0.475, -0.475])
+
+
+def test_per_row_penalties_need_the_step_baseline() -> None:
+    with pytest.raises(ValueError, match="episode_baseline='step'"):
+        gigpo_advantages([0.0, 1.0], [0, 1], [0, 0], ["a", "a"], penalties=[0.1, 0.0])
+    with pytest.raises(ValueError, match="one value per row"):
+        grpo_advantages([0.0, 1.0], [0, 1], [0, 0], episode_baseline="step", penalties=[0.1])
