@@ -16,12 +16,12 @@ being trained, so it is re-estimated as the policy changes:
 - `group_size_for`: the smallest G in [G_min, G_max] with (1 - p)^G <= target, the chance
   that a group of G rollouts has no success at all; `plan_groups` sizes the groups of an
   iteration by it within a fixed rollout budget (num_groups x group_size).
-- `DataLayer.next_batch`: dynamic sampling (DAPO): groups whose episode returns are all
-  equal are dropped and replaced by fresh groups until the batch holds as many informative
-  groups as the first round planned, or `max_extra_groups` extra groups were collected;
-  then it trains on what there is and logs it. If that is nothing, it trains on every group
-  collected: the invalid-action penalty and GiGPO's step-level term can still tell their
-  rollouts apart. Dropped groups still update the sampler: they are measurements too.
+- `DataLayer.next_batch`: dynamic sampling (DAPO): uninformative groups (every advantage
+  they would give is zero: the trainer asks its estimator, so GiGPO's step term and the
+  invalid-action penalty count) are dropped and replaced by fresh groups until the batch
+  holds as many informative groups as the first round planned, or `max_extra_groups` extra
+  groups were collected; then it trains on what there is (possibly nothing) and logs it.
+  Dropped groups still update the sampler: they are measurements too.
 
 Advantages stay correct with unequal group sizes: every statistic is taken per group id.
 The sampler's state (posteriors, iteration, RNG) goes into checkpoints (`state_dict`).
@@ -216,8 +216,15 @@ CollectFn = Callable[[list[int], list[int], int, int], list[Trajectory]]
 
 
 class DataLayer:
-    def __init__(self, cfg: DataConfig, sampler: TaskSampler) -> None:
+    """`informative(group)`: whether a group teaches anything, i.e. gives some step a nonzero
+    advantage; the trainer passes its advantage estimator's answer (under GiGPO an all-won group whose
+    routes differ in length still has step advantages). Default: some episode returns differ."""
+
+    def __init__(
+        self, cfg: DataConfig, sampler: TaskSampler, informative: Callable[[list[Trajectory]], bool] | None = None
+    ) -> None:
         self.cfg, self.sampler = cfg, sampler
+        self.informative = informative or (lambda group: not zero_variance(group))
         self.next_group_id = self.next_traj_id = 0
 
     @property
@@ -242,12 +249,14 @@ class DataLayer:
         band = [self.sampler.in_band(t) for t, _ in planned]
         kept: list[Trajectory] = []
         collected: list[Trajectory] = []
-        n_kept = extra_groups = 0
+        n_kept = extra_groups = n_uninformative = 0
         while planned:
             trajs = self._collect(collect, planned)
             collected += trajs
             for group in _by_group(trajs):
-                if not cfg.dynamic_sampling or not zero_variance(group):
+                useful = self.informative(group)
+                n_uninformative += not useful
+                if not cfg.dynamic_sampling or useful:
                     kept += group
                     n_kept += 1
             missing = target - n_kept
@@ -256,12 +265,10 @@ class DataLayer:
                 break
             planned = self._plan(min(missing, room), self.budget)
             extra_groups += len(planned)
-        fallback = not kept  # nothing informative before the cap: better the shaped signal than none
-        if fallback:
-            kept = collected
         groups = _by_group(collected)
         metrics = {
             "rollout/frac_zero_std_groups": float(np.mean([zero_variance(g) for g in groups])),  # before filtering
+            "data/frac_uninformative_groups": n_uninformative / max(len(groups), 1),  # every advantage zero
             "data/band_fraction": float(np.mean(band)) if band else 0.0,
             "data/mean_group_size": float(np.mean([len(g) for g in groups])),
             "data/groups_collected": float(len(groups)),
@@ -269,7 +276,6 @@ class DataLayer:
             "data/extra_groups": float(extra_groups),
             "data/extra_rollouts": float(len(collected) - first_round),
             "data/short_of_target": float(max(0, target - n_kept)),  # the cap was hit first
-            "data/trained_on_all": float(fallback),
         }
         self.sampler.step()
         metrics.update(self.sampler.metrics())

@@ -193,16 +193,30 @@ def test_dynamic_sampling_stops_at_the_cap_and_trains_on_what_there_is():
     assert m["data/extra_groups"] == 6 and sum(len(c) for c in calls) == 4 + 6  # stopped at the cap
     drawn = [seed for c in calls for seed in c]
     assert 0 < m["data/groups_kept"] == sum(seed < 6 for seed in drawn) < 4  # this seed's draw: short of 4
-    assert m["data/short_of_target"] == 4 - m["data/groups_kept"] and m["data/trained_on_all"] == 0
+    assert m["data/short_of_target"] == 4 - m["data/groups_kept"]
     assert {t.seed for t in kept} <= set(range(6))  # only informative groups
     assert sampler.metrics()["data/tasks_seen"] == len(set(drawn))  # dropped groups are measurements too
 
 
-def test_with_no_informative_group_it_trains_on_everything_collected():
+def test_with_no_informative_group_there_is_nothing_to_train_on():
     layer = DataLayer(DataConfig(num_groups=4, group_size=4, max_extra_groups=4), TaskSampler(list(range(40))))
     kept, collected, m = layer.next_batch(scripted_collect(set(), []))
-    assert kept == collected and len(collected) == 32
-    assert m["data/trained_on_all"] == 1 and m["data/groups_kept"] == 0 and m["data/short_of_target"] == 4
+    assert kept == [] and len(collected) == 32
+    assert m["data/groups_kept"] == 0 and m["data/short_of_target"] == 4
+    assert m["data/frac_uninformative_groups"] == 1.0
+
+
+def test_the_trainer_decides_what_is_informative():
+    """A group with equal returns is kept when the predicate says its advantages are not all zero
+    (GiGPO's step term), and a group with mixed returns dropped when it says they are."""
+    sampler = TaskSampler(list(range(40)), mode="uniform", seed=0)
+    odd = lambda group: group[0].seed % 2 == 1  # noqa: E731
+    kept, collected, m = DataLayer(DataConfig(num_groups=4, group_size=4), sampler, odd).next_batch(
+        scripted_collect(set(range(40)), [])
+    )
+    assert kept and all(t.seed % 2 == 1 for t in kept) and m["data/groups_kept"] == 4
+    assert m["rollout/frac_zero_std_groups"] == 0.0  # returns differed in every group
+    assert m["data/frac_uninformative_groups"] == pytest.approx(1 - 4 / m["data/groups_collected"])
 
 
 def test_without_dynamic_sampling_every_group_is_kept():
