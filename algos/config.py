@@ -31,6 +31,8 @@ from algos.learner import IMPORTANCE_LEVELS, KL_ESTIMATORS, LOSS_TYPES, ROLLOUT_
 ALGOS = ("grpo", "gigpo", "rloo")
 NORMS = ("mean", "mean_std")
 BASELINES = ("trajectory", "step")
+PLACEMENTS = ("return", "step")
+SHORT_BATCH = ("accumulate", "skip")
 SCALES = ("group", "batch")
 ANCHORS = ("state_key", "similarity")
 BACKENDS = ("hf", "vllm")
@@ -111,7 +113,8 @@ class Config:
     stale_after: int = 10
     """Tasks not measured for this many iterations are re-measured first (up to 1/8 of the groups)."""
     dynamic_sampling: bool = True
-    """Drop groups whose episode returns are all equal and collect fresh ones in their place (DAPO)."""
+    """Drop groups that would give every step a zero advantage (episode and, for GiGPO, step terms) and
+    collect fresh ones in their place (DAPO's dynamic sampling, made to know GiGPO's step term)."""
     max_extra_groups: int = 8
     """Cap on the replacement groups collected per iteration; short of it, train on what there is."""
     adaptive_group_size: bool = False
@@ -170,9 +173,15 @@ class Config:
     similarity_threshold: float = 0.9
     """anchor=similarity: observations with difflib ratio >= this share an anchor state."""
     invalid_penalty: float = 0.1
-    """Subtracted from the step reward when the action is unparseable or rejected."""
+    """Charged to a step whose action is unparseable or rejected (where: penalty_placement)."""
+    penalty_placement: str = "return"
+    """return: the penalty is taken off the step's reward, so it enters the episode return and every earlier
+    step's discounted return; step: only off the faulty step's own episode score and step return, after
+    the returns are formed (verl-agent's way; needs episode_baseline=step)."""
     # -- learner ---------------------------------------------------------------------
     lr: float = 1.5e-4
+    weight_decay: float = 0.0
+    """AdamW's decoupled weight decay."""
     epsilon: float = 0.2
     epsilon_high: float = 0.28
     """Upper clip (DAPO's clip-higher); equal to epsilon for symmetric PPO clipping."""
@@ -201,6 +210,16 @@ class Config:
     """Optimizer steps per epoch; the samples of an iteration are split evenly."""
     micro_batch_size: int = 64
     max_grad_norm: float = 1.0
+    target_kl: float = 0.1
+    """Trust region: once a mini-batch's approx KL to the rollout policy (k3, measured before its step) exceeds
+    this, the update takes no more steps this iteration (PPO's early stop); 0 = never."""
+    min_update_samples: int | None = None
+    """Fewest informative samples (step rows with a nonzero advantage) an update runs on; with fewer, see
+    short_batch. Unset: group_size (one group's worth); 0 = update on whatever there is."""
+    short_batch: str = "accumulate"
+    """Too few informative samples: accumulate (hold them and add the next iterations' until there are enough;
+    the held ones keep their rollout logprobs, so PPO's ratio and clip see how far the policy has moved)
+    or skip (drop them; no update this iteration)."""
     max_bad_updates: int = 3
     """Stop (exit 1, weights saved) after this many iterations in a row whose every optimizer step was
     skipped for a non-finite loss or gradient; skipped steps leave weights and optimizer untouched. 0 = never."""
@@ -449,6 +468,11 @@ def validate(cfg: Config) -> None:
     check_choice("prompt_template", cfg.prompt_template, ("auto", *TEMPLATES))
     check_choice("norm", cfg.norm, NORMS)
     check_choice("episode_baseline", cfg.episode_baseline, BASELINES)
+    check_choice("penalty_placement", cfg.penalty_placement, PLACEMENTS)
+    check_choice("short_batch", cfg.short_batch, SHORT_BATCH)
+    if cfg.penalty_placement == "step" and cfg.invalid_penalty and (cfg.episode_baseline != "step" or cfg.algo == "rloo"):
+        raise ConfigError("--penalty-placement step charges each step its own penalty inside the group's "
+                          "step-row statistics: use it with --episode-baseline step and --algo gigpo or grpo")
     check_choice("scale", cfg.scale, SCALES)
     check_choice("anchor", cfg.anchor, ANCHORS)
     if not 0.0 < cfg.similarity_threshold <= 1.0:
@@ -482,11 +506,14 @@ def validate(cfg: Config) -> None:
     for name in positive:
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name} must be >= 1 (got {getattr(cfg, name)})")
+    if cfg.min_update_samples is not None and cfg.min_update_samples < 0:
+        raise ConfigError(f"min_update_samples must be >= 0 (got {cfg.min_update_samples})")
     if cfg.sft_steps is not None and cfg.sft_steps < 0:
         raise ConfigError(f"sft_steps must be >= 0 (got {cfg.sft_steps})")
     for name in ("task_pool", "stale_after", "max_extra_groups", "max_env_steps", "sft_episodes",
                  "eval_episodes", "eval_every", "save_every", "keep_checkpoints", "memory", "transcripts", "transcript_every", "beta",
-                 "invalid_penalty", "temperature", "entropy_coef", "env_step_timeout", "max_bad_updates"):  # fmt: skip
+                 "invalid_penalty", "temperature", "entropy_coef", "env_step_timeout", "max_bad_updates",
+                 "target_kl", "weight_decay"):  # fmt: skip
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} must be >= 0 (got {getattr(cfg, name)})")
     if not 0.0 <= cfg.gamma <= 1.0:

@@ -58,6 +58,7 @@ class LearnerConfig:
     num_minibatches: int = 2
     micro_batch_size: int = 64
     max_grad_norm: float = 1.0
+    target_kl: float = 0.0  # stop the update's remaining steps once a mini-batch's approx KL exceeds it; 0 = never
     warmup_steps: int = 0  # linear LR warm-up: Adam's first steps are full-size sign steps
     temperature: float = 1.0
     max_new_tokens: int = 24  # dr_grpo's constant normaliser
@@ -245,16 +246,24 @@ class Learner:
             samples, is_stats = self._recompute_old_logprobs(samples)
             for k, (v, w) in is_stats.items():
                 add(k, v, w)
+        steps = planned = 0
+        stopped = False
         for _ in range(cfg.ppo_epochs):
             order = list(range(len(samples)))
             self.rng.shuffle(order)
             n_mb = min(cfg.num_minibatches, n_global)  # the same on every rank (some may get none)
+            planned += n_mb
             for mb in range(n_mb):
+                if stopped:
+                    continue
                 mini = [samples[i] for i in order[mb::n_mb]]
-                loss, stats = self._step(mini)
+                loss, stats, stopped = self._step(mini)
+                steps += not stopped
                 add("train/loss", loss)
                 for k, (v, w) in stats.items():
                     add(k, v, w)
+        add("train/optimizer_steps", float(steps))
+        add("train/early_stopped", float(stopped))  # the KL target ended the epochs before the last planned step
         out = merge_stats(gather((sums, counts), self.world))  # over ranks (one rank: sums / counts)
         # With beta == 0 no reference model exists; train/kl then measures the drift from
         # the rollout policy (the same estimate as train/approx_kl).
@@ -311,7 +320,10 @@ class Learner:
             return contextlib.nullcontext()
         return self.model.no_sync()
 
-    def _step(self, mini: list[Sample]) -> tuple[float, dict[str, tuple[float, float]]]:
+    def _step(self, mini: list[Sample]) -> tuple[float, dict[str, tuple[float, float]], bool]:
+        """One optimizer step on a mini-batch: (loss, stats, stopped). stopped: the mini-batch's approx
+        KL to the rollout policy, measured before the step, is past target_kl, so no step was taken (PPO's
+        early stop: the policy has moved far enough for this batch)."""
         cfg = self.cfg
         # Normalisers of the whole (global) mini-batch; x world size because ranks average gradients.
         num_seqs, num_tokens = (int(v) for v in all_sum([len(mini), sum(len(s.response_ids) for s in mini)],
@@ -350,9 +362,11 @@ class Learner:
                 acc[k][0] += float((v.float() * m).sum())
                 acc[k][1] += float(m.sum())
             ratio_max = max(ratio_max, float((info["ratio"] * m).max()))
+        kl_sum, kl_n = all_sum(acc["approx_kl"], self.world)  # every rank decides alike
+        stopped = cfg.target_kl > 0 and kl_n > 0 and kl_sum / kl_n > cfg.target_kl
         grad_norm = clip_grad_norm(self.model, cfg.max_grad_norm)
-        if not math.isfinite(grad_norm):
-            # a non-finite gradient would poison the weights: skip this step entirely
+        if stopped or not math.isfinite(grad_norm):
+            # past the KL target, or a non-finite gradient that would poison the weights: no step
             self.optimizer.zero_grad(set_to_none=True)
         else:
             self.optimizer.step()
@@ -367,7 +381,7 @@ class Learner:
         stats["train/grad_norm"] = (grad_norm, 1.0)
         stats["train/lr"] = (self.scheduler.get_last_lr()[0], 1.0)
         stats["train/skipped_frac"] = (float(not math.isfinite(grad_norm)), 1.0)  # of optimizer steps
-        return total, stats
+        return total, stats, stopped
 
     def sft_step(self, samples: list[Sample]) -> float:
         """One supervised step: token-mean negative log-likelihood of the responses. Every rank gets

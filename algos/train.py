@@ -36,6 +36,7 @@ import random
 import sys
 import time
 from dataclasses import fields, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -77,21 +78,25 @@ from algos.weight_sync import SyncError, probe_prompts, sync_backend
 from envs import prompt_template
 
 DEFAULT_SFT_STEPS = 90
+NEGLIGIBLE = 1e-6  # |advantage| below this is float noise around zero: the sample teaches nothing
 # time/<section>_s of every iteration; env, prompt, generate and parse are parts of rollout
 TIME_SECTIONS = ("rollout", "env", "prompt", "generate", "parse", "advantage", "train", "sync", "log")
 
 
 def compute_advantages(cfg: Config, steps: list[Step]) -> tuple[np.ndarray, dict]:
     """One advantage per step row (rows of a trajectory in time order)."""
-    # The invalid-action penalty enters the step reward, before returns and advantages.
-    rewards = np.array([s.reward - cfg.invalid_penalty * (not s.action_valid) for s in steps])
+    penalty = np.array([cfg.invalid_penalty * (not s.action_valid) for s in steps])
+    rewards = np.array([s.reward for s in steps])
+    placed = dict(penalties=penalty) if cfg.penalty_placement == "step" and cfg.invalid_penalty else {}
+    if not placed:  # inside the returns: the step's reward, before returns and advantages
+        rewards = rewards - penalty
     traj_ids = np.array([s.traj_id for s in steps])
     group_ids = np.array([s.group_id for s in steps])
     if cfg.anchor == "similarity":
         keys = list(similarity_keys(group_ids, [s.observation for s in steps], cfg.similarity_threshold))
     else:
         keys = [s.state_key for s in steps]
-    common = dict(norm=cfg.norm, episode_baseline=cfg.episode_baseline, scale=cfg.scale)
+    common = dict(norm=cfg.norm, episode_baseline=cfg.episode_baseline, scale=cfg.scale, **placed)
     if cfg.algo == "gigpo":
         adv = gigpo_advantages(rewards, traj_ids, group_ids, keys, gamma=cfg.gamma, omega=cfg.omega, **common)
     elif cfg.algo == "rloo":
@@ -107,6 +112,25 @@ def compute_advantages(cfg: Config, steps: list[Step]) -> tuple[np.ndarray, dict
         "adv/abs_max": float(np.abs(adv).max()),
     }
     return adv, stats
+
+
+def informative(cfg: Config, group: list) -> bool:
+    """Whether a group gives any of its steps a nonzero advantage (episode or step term, penalties
+    included): what dynamic sampling keeps. Computed alone, as the group's statistics are its own."""
+    steps = [s for t in group for s in t.steps]
+    return bool(steps) and bool(np.abs(compute_advantages(cfg, steps)[0]).max() > NEGLIGIBLE)
+
+
+def held_rows(samples: list[Sample], world) -> list:
+    """Held samples as plain lists, every rank's (a checkpoint's loop state), gathered to all ranks."""
+    return distributed.gather([[s.prompt_ids, s.response_ids, s.advantage, s.old_logprobs, s.is_weights]
+                               for s in samples], world)  # fmt: skip
+
+
+def held_samples(loop: dict, world) -> list[Sample]:
+    """This rank's held samples from a checkpoint's loop state."""
+    ranks = loop.get("held", [])
+    return [Sample(*row) for row in ranks[world.rank]] if len(ranks) == world.size else []
 
 
 def evaluate(agent: LLMAgent, cfg: Config, episodes: int, world=distributed.SINGLE) -> dict[str, float]:
@@ -240,11 +264,12 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
                       world=world, adapter_reference=bool(cfg.lora_rank))  # fmt: skip
     collector = Collector(cfg.env, -(-cfg.num_groups // world.size), cfg.group_size, env_kwargs(cfg),
                           cfg.env_step_timeout, cfg.env_isolation)  # fmt: skip
-    data = DataLayer(data_config(cfg), task_sampler(cfg, collector.envs[0], state))
+    data = DataLayer(data_config(cfg), task_sampler(cfg, collector.envs[0], state), partial(informative, cfg))
     rewards = reward_layer(cfg, device)  # --reward: what a step earns
     audit = audit_hook(cfg, rewards, run.path / "reward_audit.json") if world.main else None
     loop = (state or {}).get("loop", {})
     env_steps, bad_updates = loop.get("env_steps", 0), loop.get("bad_updates", 0)
+    held = held_samples(loop, world)  # short_batch=accumulate: samples waiting for enough company
     if state:  # put back everything that decides what happens next, RNGs last
         if "optimizer" in state:
             distributed.load_optimizer_state(model, learner.optimizer, state["optimizer"])
@@ -268,7 +293,8 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
 
     def loop_state() -> dict:
         return {"env_steps": env_steps, "bad_updates": bad_updates, "held_out": held_out,
-                "next_group_id": data.next_group_id, "next_traj_id": data.next_traj_id}  # fmt: skip
+                "next_group_id": data.next_group_id, "next_traj_id": data.next_traj_id,
+                "held": held_rows(held, world)}  # fmt: skip
 
     last = cfg.iterations
     bar = tqdm(range(start + 1, cfg.iterations + 1), desc=f"{cfg.algo} {cfg.env}", initial=start,
@@ -287,20 +313,29 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
         if steps:  # none when dynamic sampling found no informative group before its cap
             with clock.section("advantage"):  # every rank: all groups; each trains on its own
                 adv, adv_stats = compute_advantages(cfg, steps)
-            samples = [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs)
-                       for s, a in zip(steps, adv) if s.group_id in mine]  # fmt: skip
-            agent.backend.release()  # GPU vLLM sleep mode: the update gets the KV cache's memory
-            with clock.section("train"):
-                train_stats = learner.update(samples)
-            bad_updates = bad_updates + 1 if train_stats.get("train/skipped_frac") == 1.0 else 0
-            if cfg.max_bad_updates and bad_updates >= cfg.max_bad_updates:  # skipped steps left the weights good
-                path = save(it, learner, loop_state())
-                raise NumericError(f"{bad_updates} updates in a row had a non-finite loss or gradient and were "
-                                   f"skipped; the last good weights are saved in {path}")  # fmt: skip
-            check = cfg.sync_check_every > 0 and it % cfg.sync_check_every == 0
-            with clock.section("sync"):
-                sync_backend(agent, model, cfg, run, it, probe_prompts([s.prompt_ids for s in steps],
-                             cfg.sync_probe_size), check, world)  # fmt: skip
+            samples = held + [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs)
+                              for s, a in zip(steps, adv) if s.group_id in mine]  # fmt: skip
+            # a NaN advantage counts: the learner then skips its non-finite step (max_bad_updates)
+            useful = distributed.all_sum([sum(not abs(x.advantage) <= NEGLIGIBLE for x in samples)], world)[0]
+            need = cfg.group_size if cfg.min_update_samples is None else cfg.min_update_samples
+            if useful < max(need, 1):  # too little to learn from: hold it or drop it
+                held = samples if cfg.short_batch == "accumulate" else []
+                train_stats = {"train/update_skipped": 1.0, "train/held_samples": float(len(held))}
+            else:
+                held = []
+                agent.backend.release()  # GPU vLLM sleep mode: the update gets the KV cache's memory
+                with clock.section("train"):
+                    train_stats = {**learner.update(samples), "train/update_skipped": 0.0}
+                train_stats["train/informative_samples"] = float(useful)
+                bad_updates = bad_updates + 1 if train_stats.get("train/skipped_frac") == 1.0 else 0
+                if cfg.max_bad_updates and bad_updates >= cfg.max_bad_updates:  # skipped steps left weights good
+                    path = save(it, learner, loop_state())
+                    raise NumericError(f"{bad_updates} updates in a row had a non-finite loss or gradient and "
+                                       f"were skipped; the last good weights are saved in {path}")  # fmt: skip
+                check = cfg.sync_check_every > 0 and it % cfg.sync_check_every == 0
+                with clock.section("sync"):
+                    sync_backend(agent, model, cfg, run, it, probe_prompts([s.prompt_ids for s in steps],
+                                 cfg.sync_probe_size), check, world)  # fmt: skip
 
         env_steps += sum(len(t.steps) for t in collected)
         reward_stats = distributed.merge_metrics(distributed.gather(rewards.metrics(), world))  # over ranks

@@ -269,3 +269,18 @@ def test_learner_update_with_shared_prompts_equals_the_full_pass(tiny):
     assert torch.allclose(params[0], params[1], atol=1e-6)
     for key in ("train/loss", "train/entropy", "train/approx_kl", "train/clip_frac"):
         assert stats[0][key] == pytest.approx(stats[1][key], rel=1e-5, abs=1e-5), key
+
+
+def test_a_kl_target_stops_the_update_before_the_step_that_would_pass_it(tiny):
+    model, tokenizer = tiny
+    samples = _samples(tokenizer)
+    # rollout_is recomputes the old logprobs, so the first mini-batch starts on-policy (approx KL ~1e-13)
+    cfg = LearnerConfig(rollout_is="token", ppo_epochs=2, num_minibatches=2, lr=1e-2)
+    free = Learner(copy.deepcopy(model), cfg, tokenizer.pad_token_id).update(samples)
+    assert free["train/optimizer_steps"] == 4 and free["train/early_stopped"] == 0
+    assert free["train/approx_kl"] > 1e-6  # the later mini-batches measured the policy's move
+    m = copy.deepcopy(model)
+    before = [p.detach().clone() for p in m.parameters()]
+    stopped = Learner(m, replace(cfg, target_kl=1e-9), tokenizer.pad_token_id).update(samples)
+    assert stopped["train/optimizer_steps"] == 1 and stopped["train/early_stopped"] == 1
+    assert any(not torch.equal(a, b) for a, b in zip(before, m.parameters()))  # the first step was taken

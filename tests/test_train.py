@@ -50,7 +50,9 @@ TINY_RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft
 )
 def test_one_iteration_writes_the_run_directory_contract(tmp_path, algo):
     out = tmp_path / "run"
-    assert main(["--algo", *algo, "--iterations", "1", "--output-dir", str(out), *TINY_RUN]) == 0
+    # a warm-up long enough for some valid actions: with none, every group's advantages are zero (no update)
+    enough = ["--sft-steps", "40", "--sft-episodes", "8", "--group-size", "4"]
+    assert main(["--algo", *algo, "--iterations", "1", "--output-dir", str(out), *TINY_RUN, *enough]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rl = [r for r in rows if r["iteration"] == 1 and "train/loss" in r]
     assert len(rl) == 1
@@ -81,6 +83,30 @@ def test_training_continues_from_a_checkpoint(tmp_path):
     assert resolved["model"] == str(ckpt) and resolved["sft_steps"] == 0  # already warmed up
     assert "sft/loss" not in (second / "metrics.jsonl").read_text()
     assert (second / "checkpoints" / "iter_1" / "model.safetensors").exists()
+
+
+def test_too_few_informative_samples_are_held_or_dropped_and_held_ones_survive_a_resume(tmp_path):
+    import torch
+
+    held = tmp_path / "held"
+    flags = ["--iterations", "2", "--save-every", "1", "--min-update-samples", "100000", *TINY_RUN]
+    assert main([*flags, "--output-dir", str(held)]) == 0
+    rows = [json.loads(line) for line in (held / "metrics.jsonl").read_text().splitlines()]
+    it = [r for r in rows if "train/update_skipped" in r]
+    assert [r["train/update_skipped"] for r in it] == [1.0, 1.0] and not any("train/loss" in r for r in rows)
+    assert 0 < it[0]["train/held_samples"] < it[1]["train/held_samples"]  # the second batch joined the first
+    state = torch.load(held / "checkpoints" / "iter_2" / "trainer_state.pt", weights_only=True)
+    assert len(state["loop"]["held"][0]) == it[1]["train/held_samples"]  # one rank's rows
+    # resumed with a threshold it now meets: the held samples and the new batch are trained on together
+    assert main(["--resume", str(held), "--iterations", "3", "--min-update-samples", "1"]) == 0
+    last = [json.loads(line) for line in (held / "metrics.jsonl").read_text().splitlines()][-3:]
+    third = next(r for r in last if r["iteration"] == 3 and "train/update_skipped" in r)
+    assert third["train/update_skipped"] == 0.0 and third["train/informative_samples"] > 0
+
+    dropped = tmp_path / "dropped"
+    assert main([*flags, "--short-batch", "skip", "--output-dir", str(dropped)]) == 0
+    rows = [json.loads(line) for line in (dropped / "metrics.jsonl").read_text().splitlines()]
+    assert [r["train/held_samples"] for r in rows if "train/held_samples" in r] == [0.0, 0.0]
 
 
 @pytest.mark.parametrize(
