@@ -71,6 +71,11 @@ class Preset:
     eval_episodes: int
     sft_steps: int = 90
     """The warm-up's supervised steps (the trainer's default from a fresh model)."""
+    algos: tuple[str, ...] = ALGOS
+    """The RL runs per seed, all from the same warm-up; only --algo differs."""
+    warm_from: str = ""
+    """Another preset's key whose warm-ups this one starts from (same env and SFT settings), so that
+    two presets compare RL settings from the very same weights."""
 
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,7 +100,44 @@ PRESETS = {
         eval_every=2,
         eval_episodes=32,
     ),
+    # The credit-assignment env: KeyDoor-Hard-v0 (4x4 rooms with walls, a chain of two locks, distractors
+    # and a key that fits nothing; expert routes of 11-26 steps, mean 17, within a 40-step limit), under
+    # GiGPO as its authors run it (configs/gigpo_verl_agent.yaml). Cut to fit 8 seeds in about an hour
+    # with --jobs 2: a 100-step SFT warm-up (300 steps took 11.5 min on a shared core), 6,000 env steps.
+    "keydoor-hard": Preset(
+        "KeyDoor-Hard-v0",
+        "configs/gigpo_verl_agent.yaml",
+        ("--env", "KeyDoor-Hard-v0"),
+        budget=6_000,
+        eval_every=2,
+        eval_episodes=48,
+        sft_steps=100,
+    ),
+    # The same env, warm-ups and budget under today's defaults (configs/keydoor_hard.yaml): GiGPO only,
+    # to set against keydoor-hard's GiGPO (which settings should be the default).
+    "keydoor-hard-defaults": Preset(
+        "KeyDoor-Hard-v0",
+        "configs/keydoor_hard.yaml",
+        ("--target-kl", "0", "--sft-episodes", "200"),  # as before the KL early stop existed; the same warm-up
+        budget=6_000,
+        eval_every=2,
+        eval_episodes=48,
+        sft_steps=100,
+        algos=("gigpo",),
+        warm_from="keydoor-hard",
+    ),
 }
+# (preset, algo) pairs whose final success is compared seed by seed: a - b, from the same warm-ups.
+COMPARISONS = (
+    (("keydoor", "gigpo"), ("keydoor", "grpo")),
+    (("textworld", "gigpo"), ("textworld", "grpo")),
+    (("keydoor-hard", "gigpo"), ("keydoor-hard", "grpo")),
+    (("keydoor-hard", "gigpo"), ("keydoor-hard-defaults", "gigpo")),
+)
+# Two-sided 95 % quantiles of Student's t, by degrees of freedom (1-30); beyond, the normal's 1.96.
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)  # fmt: skip
 
 Curve = list[tuple[float, float]]  # (env steps, held-out success) per evaluation, in env-step order
 
@@ -115,6 +157,15 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     if n < 2:
         return mean, math.nan
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def interval95(values: Sequence[float]) -> tuple[float, float]:
+    """The t-based 95 % confidence interval of the mean (nan, nan for fewer than two values)."""
+    mean, std = mean_std(values)
+    if math.isnan(std):
+        return math.nan, math.nan
+    half = (T975[len(values) - 2] if len(values) - 1 <= len(T975) else 1.96) * std / math.sqrt(len(values))
+    return mean - half, mean + half
 
 
 def paired_differences(a: dict[int, float], b: dict[int, float]) -> dict[int, float]:
@@ -256,18 +307,19 @@ def plan(out: Path, presets: dict[str, Preset], seeds: list[int]) -> tuple[list[
     for seed in seeds:
         for key, p in presets.items():
             base = out / key / f"s{seed}"
-            warm_name = f"{key}/s{seed}/warm"
-            if warm_done(base / "warm"):
+            warm_key = p.warm_from or key
+            warm, warm_name = out / warm_key / f"s{seed}" / "warm", f"{warm_key}/s{seed}/warm"
+            if warm_done(warm):
                 done.add(warm_name)
-            else:
+            elif not any(j.name == warm_name for j in jobs):
                 cmd = [sys.executable, "-m", "scripts.bench_learning", "--warm-up-only", "--envs", key,
                        "--seeds", str(seed), "--out", str(out), "--sft-steps", str(p.sft_steps)]  # fmt: skip
-                jobs.append(Job(warm_name, cmd, base / "warm.log"))
-            for algo in ALGOS:
+                jobs.append(Job(warm_name, cmd, warm.parent / "warm.log"))
+            for algo in p.algos:
                 run = base / algo
                 if is_finished(read_rows(run), p.budget):
                     continue
-                jobs.append(Job(f"{key}/s{seed}/{algo}", train_command(p, base / "warm", seed, algo, run),
+                jobs.append(Job(f"{key}/s{seed}/{algo}", train_command(p, warm, seed, algo, run),
                                 base / f"{algo}.log", after=warm_name,
                                 before=lambda run=run: shutil.rmtree(run, ignore_errors=True)))  # fmt: skip
     return jobs, done
@@ -305,7 +357,7 @@ def summarize(out: Path, presets: dict[str, Preset], seeds: list[int]) -> dict:
     summary = {}
     for key, p in presets.items():
         algos = {}
-        for algo in ALGOS:
+        for algo in p.algos:
             curves = {}
             for seed in seeds:
                 run = out / key / f"s{seed}" / algo
@@ -329,10 +381,21 @@ def summarize(out: Path, presets: dict[str, Preset], seeds: list[int]) -> dict:
                 "curves": {s: c for s, c in curves.items()},
                 "band": {"x": xs, "mean": _finite(mean), "std": _finite(std)},
             }
-        diff = paired_differences(algos["gigpo"]["final"], algos["grpo"]["final"])
-        summary[key] = {"env": p.env, "preset": dataclasses.asdict(p), "algos": algos,
-                        "gigpo_minus_grpo": {"seeds": diff, "mean_std": _finite(mean_std(list(diff.values())))}}  # fmt: skip
-    return summary
+        summary[key] = {"env": p.env, "preset": dataclasses.asdict(p), "algos": algos}
+    return {"presets": summary, "comparisons": compare(summary)}
+
+
+def compare(summary: dict) -> list[dict]:
+    """COMPARISONS whose presets ran: per-seed final differences in points, mean +- std, 95 % interval."""
+    out = []
+    for (ka, aa), (kb, ab) in COMPARISONS:
+        if ka not in summary or kb not in summary:
+            continue
+        diff = paired_differences(summary[ka]["algos"][aa]["final"], summary[kb]["algos"][ab]["final"])
+        out.append({"a": f"{ka}/{aa}", "b": f"{kb}/{ab}", "env": summary[ka]["env"], "seeds": diff,
+                    "mean_std": _finite(mean_std(list(diff.values()))),
+                    "interval95": _finite(interval95(list(diff.values())))})  # fmt: skip
+    return out
 
 
 def _finite(values: Sequence[float]) -> list[float | None]:
@@ -352,24 +415,26 @@ def _steps(x: float | None) -> str:
 
 
 def table(summary: dict) -> str:
-    lines = ["| env | algo | seeds | warm-up (%) | final (%) | steps to 50 %: mean curve (per seed) "
-             "| steps to 80 %: mean curve (per seed) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for s in summary.values():
+    presets = summary["presets"]
+    lines = ["| preset | env | algo | seeds | warm-up (%) | final (%) | steps to 50 %: mean curve (per seed) "
+             "| steps to 80 %: mean curve (per seed) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for key, s in presets.items():
         for algo, a in s["algos"].items():
             reach = [f"{_steps(r['mean_curve'])} ({', '.join(_steps(v) for v in r['seeds'].values()) or '-'})"
                      for r in a["steps_to"].values()]  # fmt: skip
-            lines.append(f"| {s['env']} | {algo} | {len(a['seeds'])} | {_mean_std(a['warm_up_mean_std'])} "
+            lines.append(f"| {key} | {s['env']} | {algo} | {len(a['seeds'])} | {_mean_std(a['warm_up_mean_std'])} "
                          f"| {_mean_std(a['final_mean_std'])} | {' | '.join(reach)} |")  # fmt: skip
-    lines += ["", "| env | GiGPO - GRPO, final (points) | per seed |", "|---|---|---|"]
-    for s in summary.values():
-        d = s["gigpo_minus_grpo"]
-        per_seed = ", ".join(f"s{seed}: {v:+.1f}" for seed, v in d["seeds"].items()) or "-"
-        lines.append(f"| {s['env']} | {_mean_std(d['mean_std'], 1, '+')} | {per_seed} |")
-    budgets = "; ".join(f"{s['env']} {s['preset']['budget']} env steps, held-out success on "
+    lines += ["", "| a − b, final (points) | mean ± std | 95 % interval | per seed |", "|---|---|---|---|"]
+    for c in summary["comparisons"]:
+        per_seed = ", ".join(f"s{seed}: {v:+.1f}" for seed, v in c["seeds"].items()) or "-"
+        lo, hi = c["interval95"]
+        interval = "-" if lo is None else f"[{lo:+.1f}, {hi:+.1f}]"
+        lines.append(f"| {c['a']} − {c['b']} | {_mean_std(c['mean_std'], 1, '+')} | {interval} | {per_seed} |")
+    budgets = "; ".join(f"{key}: {s['preset']['budget']} env steps, held-out success on "
                         f"{s['preset']['eval_episodes']} episodes every {s['preset']['eval_every']} iterations"
-                        for s in summary.values())  # fmt: skip
-    lines += ["", f"Budgets: {budgets}. Mean ± sample std (ddof=1) over seeds; steps to X % = the first "
-              "evaluation at or above it, not interpolated."]  # fmt: skip
+                        for key, s in presets.items())  # fmt: skip
+    lines += ["", f"Budgets: {budgets}. Mean ± sample std (ddof=1) over seeds; the interval is Student's t "
+              "over the paired seeds; steps to X % = the first evaluation at or above it, not interpolated."]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -384,8 +449,9 @@ def plot(summary: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(summary), figsize=(6 * len(summary), 4.2), squeeze=False)
-    for ax, s in zip(axes.flat, summary.values()):
+    presets = summary["presets"]
+    fig, axes = plt.subplots(1, len(presets), figsize=(6 * len(presets), 4.2), squeeze=False)
+    for ax, (key, s) in zip(axes.flat, presets.items()):
         end = max((x for a in s["algos"].values() for x in a["band"]["x"][-1:]), default=0.0)
 
         for i, (algo, a) in enumerate(s["algos"].items()):
@@ -402,7 +468,7 @@ def plot(summary: dict, path: Path) -> None:
                 ax.fill_between(*_held(end, xs, lo, hi), step="post", color=color, alpha=0.2, linewidth=0)
         for t in THRESHOLDS:
             ax.axhline(t, color="gray", linestyle=":", linewidth=1)
-        ax.set_title(f"{s['env']} ({s['preset']['eval_episodes']} held-out episodes)")
+        ax.set_title(f"{key}: {s['env']} ({s['preset']['eval_episodes']} held-out episodes)", fontsize=9)
         ax.set_xlabel("env steps")
         ax.set_ylabel("held-out success (mean ± std over seeds)")
         ax.set_ylim(0, 1)
@@ -439,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
 
         for seed in args.seeds:
             for key, pr in presets.items():
-                base = args.out / key / f"s{seed}"
+                base = args.out / (pr.warm_from or key) / f"s{seed}"
                 if not warm_done(base / "warm"):
                     shutil.rmtree(base / "warm", ignore_errors=True)  # an interrupted save
                     warm_up(pr.env, base, seed, pr.sft_steps, ["--config", str(REPO / pr.config), *pr.flags])

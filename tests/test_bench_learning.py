@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -13,6 +14,7 @@ from scripts.bench_learning import (
     Job,
     Preset,
     band,
+    interval95,
     is_finished,
     mean_std,
     paired_differences,
@@ -102,21 +104,42 @@ def test_summary_table_and_curves_from_run_folders(tmp_path: Path):
     (unfinished / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "eval/success_rate": 0.9}) + "\n")
 
     summary = summarize(tmp_path, {"keydoor": preset}, [0, 1, 2])
-    s = json.loads(json.dumps(summary))["keydoor"]  # what summary.json holds
+    s = json.loads(json.dumps(summary))["presets"]["keydoor"]  # what summary.json holds
     gigpo = s["algos"]["gigpo"]
     assert gigpo["seeds"] == [0, 1]
     assert gigpo["final_mean_std"] == pytest.approx([0.625, math.sqrt(2 * 0.125**2)])
     assert gigpo["warm_up_mean_std"] == pytest.approx([0.35, math.sqrt(0.005)])
     assert gigpo["steps_to"]["50%"]["seeds"] == {"0": 3000.0, "1": 3000.0}
     assert gigpo["steps_to"]["80%"] == {"seeds": {"0": None, "1": None}, "mean_curve": None}
-    assert s["gigpo_minus_grpo"]["seeds"] == pytest.approx({"0": 25.0, "1": -10.0})
-    assert s["gigpo_minus_grpo"]["mean_std"] == pytest.approx([7.5, math.sqrt(2 * 17.5**2)])
+    (c,) = json.loads(json.dumps(summary))["comparisons"]
+    assert (c["a"], c["b"]) == ("keydoor/gigpo", "keydoor/grpo")
+    assert c["seeds"] == pytest.approx({"0": 25.0, "1": -10.0})
+    assert c["mean_std"] == pytest.approx([7.5, math.sqrt(2 * 17.5**2)])
+    # two seeds: t(0.975, 1) = 12.706, half-width 12.706 x 24.75 / sqrt(2) = 222.4
+    assert c["interval95"] == pytest.approx([7.5 - 12.706 * 17.5, 7.5 + 12.706 * 17.5])
 
     text = table(summary)
-    assert "| KeyDoor-v0 | gigpo | 2 | 35.0 ± 7.1 | 62.5 ± 17.7 | 3.0k (3.0k, 3.0k) | never (never, never) |" in text
-    assert "| KeyDoor-v0 | +7.5 ± 24.7 | s0: +25.0, s1: -10.0 |" in text
+    assert "| keydoor | KeyDoor-v0 | gigpo | 2 | 35.0 ± 7.1 | 62.5 ± 17.7 | 3.0k (3.0k, 3.0k) | never (never, never) |" in text
+    assert "| keydoor/gigpo − keydoor/grpo | +7.5 ± 24.7 | [-214.9, +229.9] | s0: +25.0, s1: -10.0 |" in text
     plot(summary, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_interval95_hand_computed():
+    # n = 5, mean 2, sample std sqrt(2.5): t(0.975, 4) = 2.776, half-width 2.776 x 1.5811 / sqrt(5) = 1.9630
+    lo, hi = interval95([0.0, 1.0, 2.0, 3.0, 4.0])
+    assert (lo, hi) == pytest.approx((2 - 1.96296, 2 + 1.96296), abs=1e-4)
+    assert all(math.isnan(v) for v in interval95([1.0]))
+
+
+def test_a_preset_can_start_from_another_preset_s_warm_ups(tmp_path: Path):
+    ref = Preset("KeyDoor-Hard-v0", "configs/gigpo_verl_agent.yaml", (), budget=3000, eval_every=2, eval_episodes=8)
+    other = dataclasses.replace(ref, config="configs/keydoor_hard.yaml", algos=("gigpo",), warm_from="ref")
+    jobs, _ = plan(tmp_path, {"ref": ref, "other": other}, [0])
+    assert [j.name for j in jobs] == ["ref/s0/warm", "ref/s0/gigpo", "ref/s0/grpo", "other/s0/gigpo"]
+    assert jobs[3].after == "ref/s0/warm"
+    cmd = jobs[3].cmd
+    assert cmd[cmd.index("--model") + 1] == str(tmp_path / "ref/s0/warm")
 
 
 def test_plan_skips_what_is_done_and_the_algorithms_differ_only_in_algo(tmp_path: Path):
