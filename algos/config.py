@@ -210,9 +210,9 @@ class Config:
     """Optimizer steps per epoch; the samples of an iteration are split evenly."""
     micro_batch_size: int = 64
     max_grad_norm: float = 1.0
-    target_kl: float = 0.1
+    target_kl: float = 0.0
     """Trust region: once a mini-batch's approx KL to the rollout policy (k3, measured before its step) exceeds
-    this, the update takes no more steps this iteration (PPO's early stop); 0 = never."""
+    this, the update takes no more steps this iteration (PPO's early stop, e.g. 0.05); 0 = never."""
     min_update_samples: int | None = None
     """Fewest informative samples (step rows with a nonzero advantage) an update runs on; with fewer, see
     short_batch. Unset: group_size (one group's worth); 0 = update on whatever there is."""

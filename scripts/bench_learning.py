@@ -113,8 +113,8 @@ PRESETS = {
         eval_episodes=48,
         sft_steps=100,
     ),
-    # The same env, warm-ups and budget under today's defaults (configs/keydoor_hard.yaml): GiGPO only,
-    # to set against keydoor-hard's GiGPO (which settings should be the default).
+    # The same env, warm-ups and budget under the default settings (configs/keydoor_hard.yaml), to set
+    # against keydoor-hard (which settings should be the default).
     "keydoor-hard-defaults": Preset(
         "KeyDoor-Hard-v0",
         "configs/keydoor_hard.yaml",
@@ -123,7 +123,6 @@ PRESETS = {
         eval_every=2,
         eval_episodes=48,
         sft_steps=100,
-        algos=("gigpo",),
         warm_from="keydoor-hard",
     ),
 }
@@ -132,7 +131,9 @@ COMPARISONS = (
     (("keydoor", "gigpo"), ("keydoor", "grpo")),
     (("textworld", "gigpo"), ("textworld", "grpo")),
     (("keydoor-hard", "gigpo"), ("keydoor-hard", "grpo")),
+    (("keydoor-hard-defaults", "gigpo"), ("keydoor-hard-defaults", "grpo")),
     (("keydoor-hard", "gigpo"), ("keydoor-hard-defaults", "gigpo")),
+    (("keydoor-hard", "grpo"), ("keydoor-hard-defaults", "grpo")),
 )
 # Two-sided 95 % quantiles of Student's t, by degrees of freedom (1-30); beyond, the normal's 1.96.
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
