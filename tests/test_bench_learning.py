@@ -74,9 +74,8 @@ def _rows(evals: dict[int, float], steps_per_iteration: int, iterations: int, fi
     """A run's metrics rows as algos.train writes them: iteration rows, periodic evals after theirs."""
     rows = [{"iteration": 0, "eval/success_rate": evals[0]}]
     for it in range(1, iterations + 1):
-        rows.append(
-            {"iteration": it, "rollout/success_rate": 0.5, "data/env_steps_total": float(it * steps_per_iteration)}
-        )
+        rows.append({"iteration": it, "rollout/success_rate": 0.5, "rollout/invalid_action_rate": 0.4 - 0.1 * it,
+                     "data/env_steps_total": float(it * steps_per_iteration)})  # fmt: skip
         if it in evals and (it < iterations or final):
             rows.append({"iteration": it, "eval/success_rate": evals[it]})
     return rows
@@ -119,7 +118,8 @@ def test_summary_table_and_curves_from_run_folders(tmp_path: Path):
     assert c["interval95"] == pytest.approx([7.5 - 12.706 * 17.5, 7.5 + 12.706 * 17.5])
 
     text = table(summary)
-    assert "| keydoor | KeyDoor-v0 | gigpo | 2 | 35.0 ± 7.1 | 62.5 ± 17.7 | 3.0k (3.0k, 3.0k) | never (never, never) |" in text
+    assert ("| keydoor | KeyDoor-v0 | gigpo | 2 | 35.0 ± 7.1 | 62.5 ± 17.7 | 3.0k (3.0k, 3.0k) | never (never, never) "
+            "| 30.0 → 10.0 |") in text  # fmt: skip
     assert "| keydoor/gigpo − keydoor/grpo | +7.5 ± 24.7 | [-214.9, +229.9] | s0: +25.0, s1: -10.0 |" in text
     plot(summary, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 10_000
