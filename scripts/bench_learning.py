@@ -5,9 +5,15 @@
     python -m scripts.bench_learning --seeds 0 1 --envs keydoor --budget-scale 0.1 \\
         --eval-every 1 --eval-episodes 16 --out /tmp/bench_smoke      # a smoke test, ~5 min
 
+    python -m scripts.bench_learning --envs keydoor-hard keydoor-hard-defaults \
+        --seeds 0 1 2 3 4 5 6 7 --out runs/bench_credit    # the credit-assignment comparison, ~60 min
+    python -m scripts.bench_learning --envs coin5-solved --seeds 0 --out runs/bench_solved
+
 The default (2 envs x 3 seeds: 6 warm-ups, 12 RL runs) takes about 50 minutes with
 `--jobs 2` on 2 otherwise idle CPU cores (estimate from the costs in PRESETS; anything
 else running on the machine stretches it). TextWorld games are generated once, first.
+Paired comparisons (COMPARISONS) report the per-seed differences of final success, their
+mean ± std and a Student's t 95 % interval.
 
 Per env a preset (PRESETS: config file, extra flags, env-step budget, evaluation cadence).
 For each (env, seed) the trainer's own SFT warm-up is saved once (scripts.bench_data's
@@ -511,7 +517,8 @@ def _interrupted(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m scripts.bench_learning", description=__doc__.split("\n\n")[0])
-    p.add_argument("--envs", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    p.add_argument("--envs", nargs="+", default=["keydoor", "textworld"], choices=list(PRESETS),
+                   help="presets to run (keys of PRESETS); keydoor-hard and keydoor-hard-defaults share warm-ups")  # fmt: skip
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--jobs", type=int, default=2, help="training processes at once (one core each)")
     p.add_argument("--out", type=Path, default=Path("runs/bench_learning"))
