@@ -347,7 +347,7 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
             run.log_histogram(it, "data/pass_rates", data.sampler.pass_rates())
             if cfg.transcript_every and it % cfg.transcript_every == 0:
                 by_step = {(s.traj_id, s.t): float(a) for s, a in zip(steps, adv)}
-                for traj in trajs[: cfg.transcripts]:
+                for traj in (trajs or collected)[: cfg.transcripts]:  # none kept: a dropped one, no advantages
                     record = transcript(traj, by_step, tokenizer.decode)
                     run.log_transcript(it, record, transcript_markdown(record))
         now = time.perf_counter()
