@@ -309,7 +309,8 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
             trajs, collected, data_stats = data.next_batch(collect)
 
         steps = [s for t in trajs for s in t.steps]
-        adv, adv_stats, train_stats = np.zeros(0), {}, {}
+        adv, adv_stats = np.zeros(0), {}
+        train_stats = {"train/update_skipped": 1.0, "train/held_samples": float(len(held))}
         if steps:  # none when dynamic sampling found no informative group before its cap
             with clock.section("advantage"):  # every rank: all groups; each trains on its own
                 adv, adv_stats = compute_advantages(cfg, steps)
