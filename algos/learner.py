@@ -246,13 +246,11 @@ class Learner:
             samples, is_stats = self._recompute_old_logprobs(samples)
             for k, (v, w) in is_stats.items():
                 add(k, v, w)
-        steps = planned = 0
-        stopped = False
+        steps, stopped = 0, False
         for _ in range(cfg.ppo_epochs):
             order = list(range(len(samples)))
             self.rng.shuffle(order)
             n_mb = min(cfg.num_minibatches, n_global)  # the same on every rank (some may get none)
-            planned += n_mb
             for mb in range(n_mb):
                 if stopped:
                     continue
