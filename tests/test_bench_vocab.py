@@ -1,10 +1,10 @@
-"""scripts/bench_vocab.py at toy sizes: every part runs and its output is well formed; the chunked
+"""benchmarks/bench_vocab.py at toy sizes: every part runs and its output is well formed; the chunked
 head and the plain path agree where the script computes both. No assertion on speed."""
 
 import json
 import math
 
-from scripts import bench_vocab
+from benchmarks import bench_vocab
 
 SIZES = dict(samples=4, response=3, prompt=10)
 

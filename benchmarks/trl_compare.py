@@ -1,6 +1,6 @@
 """Completions per second of our trainer vs TRL's GRPOTrainer on one identical single-turn workload (CPU).
 
-    python -m scripts.trl_compare [--steps 6] [--side both|ours|trl]      # needs `pip install -e .[bench]`
+    python -m benchmarks.trl_compare [--steps 6] [--side both|ours|trl]      # needs `pip install -e .[bench]`
 
 Both sides load the same tiny model fresh (float32, CPU) and train it with GRPO for 1 + steps
 optimizer steps; the first step (warm-up of caches and allocators) is not timed, nor is loading.
@@ -15,7 +15,7 @@ penalty, which TRL has no counterpart of).
 
 Step time: ours is `time/wall_s` of metrics.jsonl (everything since the previous iteration's log);
 TRL's the time between consecutive `on_step_end` callbacks. Both include that step's logging.
-`run_ours` and `run_trl` are importable (scripts/bench_speed.py calls them). Deliberately left
+`run_ours` and `run_trl` are importable (benchmarks/bench_speed.py calls them). Deliberately left
 out: GPUs, vLLM, multi-turn envs, and any comparison of what the runs learn.
 """
 
@@ -239,7 +239,7 @@ def print_comparison(ours: dict | None, trl: dict | None, w: Workload | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scripts.trl_compare", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.trl_compare", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=Workload.steps, help="timed optimizer steps (after one untimed)")
     p.add_argument("--side", choices=("both", "ours", "trl"), default="both")
     a = p.parse_args(argv)

@@ -1,7 +1,7 @@
 """Rollout generation speed: HF backend vs vLLM backend, same model, same prompts, one run.
 
-    python -m scripts.bench_backends [--batch-sizes 8 64 256] [--max-new-tokens 16] [--repeats 3]
-    python -m scripts.bench_backends --model Qwen/Qwen2.5-1.5B-Instruct --device cuda --dtype bfloat16
+    python -m benchmarks.bench_backends [--batch-sizes 8 64 256] [--max-new-tokens 16] [--repeats 3]
+    python -m benchmarks.bench_backends --model Qwen/Qwen2.5-1.5B-Instruct --device cuda --dtype bfloat16
 
 Prompts are the agent's real KeyDoor prompts (chat template, memory window), one per env
 seed. Each backend generates for the same prompts at temperature 1 with the same
@@ -49,7 +49,7 @@ def timed(backend, prompts, sampling, repeats: int) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench_backends", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_backends", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="tiny")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])

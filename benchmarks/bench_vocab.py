@@ -1,7 +1,7 @@
 """A real vocabulary's cost, measured side by side in one run: memory, update time, sampling.
 
-    python -m scripts.bench_vocab                         # all three parts, about 3 minutes on 2 cores
-    python -m scripts.bench_vocab --parts memory --samples 32
+    python -m benchmarks.bench_vocab                         # all three parts, about 3 minutes on 2 cores
+    python -m benchmarks.bench_vocab --parts memory --samples 32
 
 The model is the real-vocabulary profile `tiny-qwen2.5` (agents/profiles.py): 151,936 head rows
 for 151,665 tokens, tied embeddings, a 2-layer body of width 64. Its LM head is nearly all of its
@@ -146,7 +146,7 @@ def child(function: str, kwargs: dict) -> str:
     A process's ru_maxrss starts at its parent's peak (exec records the old memory map's high-water
     mark), so the child is started by a bare Python launcher: the launcher inherits this process's
     peak, the child only the launcher's few MB."""
-    code = (f"import json, sys; from scripts.bench_vocab import {function}; "
+    code = (f"import json, sys; from benchmarks.bench_vocab import {function}; "
             f"print(json.dumps({function}(**json.loads(sys.argv[1]))))")  # fmt: skip
     launcher = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
     done = subprocess.run([sys.executable, "-c", launcher, sys.executable, "-c", code, json.dumps(kwargs)], cwd=ROOT,
@@ -403,7 +403,7 @@ def print_sampling(rows: list[dict], steps: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench_vocab", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_vocab", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     p.add_argument("--vocab", type=int, default=None, help="memory, time: head rows of the large model (the profile's)")

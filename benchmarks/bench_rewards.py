@@ -1,6 +1,6 @@
 """Learning curves on a single-turn env under different reward sources, side by side.
 
-    python -m scripts.bench_rewards [--env Arithmetic-v0] [--iterations 150] [--seeds 0 1 2]
+    python -m benchmarks.bench_rewards [--env Arithmetic-v0] [--iterations 150] [--seeds 0 1 2]
         [--variants numeric rubric judge]
 
 Every variant trains the same tiny model from the same warm-up seed with the same
@@ -37,7 +37,7 @@ def curve(run: Path) -> dict[int, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench_rewards", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_rewards", description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default="Arithmetic-v0")
     p.add_argument("--iterations", type=int, default=150)
     p.add_argument("--eval-every", type=int, default=25)

@@ -1,6 +1,6 @@
 """Peak memory per rank: the default model and a larger one, full / LoRA / checkpointing / DDP / FSDP.
 
-    python -m scripts.bench_memory [--models tiny small] [--variants full lora ckpt ddp fsdp]
+    python -m benchmarks.bench_memory [--models tiny small] [--variants full lora ckpt ddp fsdp]
         [--iterations 1] [--out runs/bench_memory]
 
 Every variant is a real short training run of `python -m algos.train` (through torchrun for the
@@ -94,7 +94,7 @@ def run(model: str, variant: str, iterations: int, out: Path, device: str) -> li
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench_memory", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_memory", description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", default=["tiny", "small"])
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--iterations", type=int, default=1)

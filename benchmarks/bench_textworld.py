@@ -1,6 +1,6 @@
 """TextWorld env latencies: game generation per game, reset (new game / same game), step.
 
-    python -m scripts.bench_textworld [--games 6] [--steps 300]
+    python -m benchmarks.bench_textworld [--games 6] [--steps 300]
 
 Generates small pools into a fresh temporary cache (so generation is really measured),
 then times the env on them, one family at a time, in one process. Prints medians (ms).
@@ -29,7 +29,7 @@ def ms(xs: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench_textworld", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_textworld", description=__doc__.splitlines()[0])
     p.add_argument("--games", type=int, default=6)
     p.add_argument("--steps", type=int, default=300)
     a = p.parse_args(argv)

@@ -1,7 +1,7 @@
 """Speed, measured side by side in one run: against the hardware, against TRL, and GiGPO's cost.
 
-    python -m scripts.bench_speed                          # all three parts
-    python -m scripts.bench_speed --parts hardware gigpo   # without TRL (needs `pip install -e .[bench]`)
+    python -m benchmarks.bench_speed                          # all three parts
+    python -m benchmarks.bench_speed --parts hardware gigpo   # without TRL (needs `pip install -e .[bench]`)
 
 hardware  The default job (KeyDoor-v0, GiGPO, 8 x 8 rollouts, SFT warm-up first) runs
           `--iterations` iterations in this process while every generate call and every
@@ -14,7 +14,7 @@ hardware  The default job (KeyDoor-v0, GiGPO, 8 x 8 rollouts, SFT warm-up first)
           breakdown comes from the iteration's own `time/*` tags.
 trl       Completions per second of this trainer and of TRL's GRPOTrainer on one single-turn
           workload (Arithmetic-v0; same model, prompts, group size, batch, max new tokens,
-          temperature, loss type): scripts/trl_compare.py.
+          temperature, loss type): benchmarks/trl_compare.py.
 gigpo     `compute_advantages` (the trainer's call: rows from Step records, anchor grouping,
           GiGPO advantages, anchor statistics) on 10^4, 10^5 and 10^6 synthetic steps shaped like
           KeyDoor's (groups of 8 trajectories of 1-19 steps, lockstep order, str state keys), and
@@ -255,7 +255,8 @@ def print_gigpo(result: list[dict], iteration: dict | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_speed", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     p.add_argument("--iterations", type=int, default=4, help="hardware: iterations of the default job (>= 2)")
     p.add_argument("--model", default=None, help="hardware: start from this (warmed-up) checkpoint, no SFT")
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             summary["hardware"] = hardware(args.iterations, Path(tmp), args.model, args.train_flags)
             print_hardware(summary["hardware"])
     if "trl" in args.parts:
-        from scripts.trl_compare import Workload, our_flags, print_comparison, run_ours, run_trl
+        from benchmarks.trl_compare import Workload, our_flags, print_comparison, run_ours, run_trl
 
         w = Workload(steps=args.trl_steps)
         summary["trl"] = {"ours": run_ours(w), "trl": run_trl(w)}

@@ -1,13 +1,13 @@
 """GiGPO vs GRPO: held-out success against env steps, several seeds, on KeyDoor and TextWorld.
 
-    python -m scripts.bench_learning [--envs keydoor textworld] [--seeds 0 1 2] [--jobs 2]
+    python -m benchmarks.bench_learning [--envs keydoor textworld] [--seeds 0 1 2] [--jobs 2]
         [--out runs/bench_learning] [--budget-scale 1.0]
-    python -m scripts.bench_learning --seeds 0 1 --envs keydoor --budget-scale 0.1 \\
+    python -m benchmarks.bench_learning --seeds 0 1 --envs keydoor --budget-scale 0.1 \\
         --eval-every 1 --eval-episodes 16 --out /tmp/bench_smoke      # a smoke test, ~5 min
 
-    python -m scripts.bench_learning --envs keydoor-hard keydoor-hard-defaults \
+    python -m benchmarks.bench_learning --envs keydoor-hard keydoor-hard-defaults \
         --seeds 0 1 2 3 4 5 6 7 --out runs/bench_credit    # the credit-assignment comparison, ~60 min
-    python -m scripts.bench_learning --envs coin5-solved --seeds 0 --out runs/bench_solved
+    python -m benchmarks.bench_learning --envs coin5-solved --seeds 0 --out runs/bench_solved
 
 The default (2 envs x 3 seeds: 6 warm-ups, 12 RL runs) takes about 50 minutes with
 `--jobs 2` on 2 otherwise idle CPU cores (estimate from the costs in PRESETS; anything
@@ -16,7 +16,7 @@ Paired comparisons (COMPARISONS) report the per-seed differences of final succes
 mean ± std and a Student's t 95 % interval.
 
 Per env a preset (PRESETS: config file, extra flags, env-step budget, evaluation cadence).
-For each (env, seed) the trainer's own SFT warm-up is saved once (scripts.bench_data's
+For each (env, seed) the trainer's own SFT warm-up is saved once (benchmarks.bench_data's
 `warm_up`); GiGPO and GRPO then both start RL from it with the same seed, hyperparameters
 and env-step budget (`--max-env-steps`; a run stops at the end of the iteration that
 spends it, so it overshoots by less than one iteration). Only `--algo` differs. Held-out
@@ -331,7 +331,7 @@ def plan(out: Path, presets: dict[str, Preset], seeds: list[int]) -> tuple[list[
             if warm_done(warm):
                 done.add(warm_name)
             elif not any(j.name == warm_name for j in jobs):
-                cmd = [sys.executable, "-m", "scripts.bench_learning", "--warm-up-only", "--envs", key,
+                cmd = [sys.executable, "-m", "benchmarks.bench_learning", "--warm-up-only", "--envs", key,
                        "--seeds", str(seed), "--out", str(out), "--sft-steps", str(p.sft_steps)]  # fmt: skip
                 jobs.append(Job(warm_name, cmd, warm.parent / "warm.log"))
             for algo in p.algos:
@@ -516,7 +516,7 @@ def _interrupted(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench_learning", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_learning", description=__doc__.split("\n\n")[0])
     p.add_argument("--envs", nargs="+", default=["keydoor", "textworld"], choices=list(PRESETS),
                    help="presets to run (keys of PRESETS); keydoor-hard and keydoor-hard-defaults share warm-ups")  # fmt: skip
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -533,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     presets = {key: scaled(PRESETS[key], args) for key in args.envs}
 
     if args.warm_up_only:  # what each warm-up job runs
-        from scripts.bench_data import warm_up
+        from benchmarks.bench_data import warm_up
 
         for seed in args.seeds:
             for key, pr in presets.items():

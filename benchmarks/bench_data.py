@@ -1,7 +1,7 @@
 """The data layer at a fixed env-step budget: uniform tasks vs the task sampler, dynamic
 sampling and adaptive group sizes, side by side from one warmed-up model.
 
-    python -m scripts.bench_data [--env KeyDoor-v0] [--max-env-steps 12000] [--task-pool 128]
+    python -m benchmarks.bench_data [--env KeyDoor-v0] [--max-env-steps 12000] [--task-pool 128]
 
 One SFT warm-up is saved once; every variant then starts RL from it with the same seed,
 task pool, hyperparameters and env-step budget (`--max-env-steps`: a run stops once it has
@@ -72,7 +72,7 @@ def summarize(run: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scripts.bench_data", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_data", description=__doc__.splitlines()[0])
     p.add_argument("--env", default="KeyDoor-v0")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sft-steps", type=int, default=90)
