@@ -24,18 +24,10 @@ that `sync` refreshes from the gathered weights.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from agents.model import autocast
-
-
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 1.0  # 0 = greedy
-    top_p: float = 1.0
-    max_new_tokens: int = 24
+from agents.generation import Sampling
+from agents.model import autocast, full_state_dict
 
 
 class HFBackend:
@@ -56,8 +48,6 @@ class HFBackend:
         trained model is FSDP-sharded) copy its gathered full weights into the sampling copy."""
         if model is self.model or getattr(model, "module", None) is self.model:
             return
-        from algos.distributed import full_state_dict
-
         self.model.load_state_dict(full_state_dict(model))
 
     def release(self) -> None:

@@ -249,3 +249,26 @@ def autocast(device, mode: str):
     kind = torch.device(device).type
     on = mode == "bf16" or (mode == "auto" and kind == "cuda" and torch.cuda.is_bf16_supported())
     return torch.autocast(kind, dtype=torch.bfloat16) if on else contextlib.nullcontext()
+
+
+def is_sharded(model) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def full_state_dict(model, rank0_only: bool = False) -> dict[str, torch.Tensor]:
+    """The full, unsharded weights (a collective under FSDP: every rank must call it; they are
+    gathered to CPU). `rank0_only`: other ranks get {} (when only rank 0 writes). An unsharded
+    model's own state dict is returned as it is."""
+    if not is_sharded(model):
+        return getattr(model, "module", model).state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=rank0_only))
+
+
+def hf_weights(model) -> dict[str, torch.Tensor]:
+    """Full weights under their Hugging Face names, a LoRA adapter merged in: what an engine loads
+    (a collective under FSDP)."""
+    return merged_state_dict(full_state_dict(model), getattr(model, "module", model))

@@ -33,26 +33,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from dataclasses import dataclass
 
-from agents.backend import Sampling
-from algos.distributed import from_env, hf_weights
+from agents.generation import EngineConfig, Sampling
+from agents.model import hf_weights
 
 CPU_KV_CACHE_GIB = 1.0  # KV cache of the CPU engine unless kv_cache_gib says otherwise
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """Engine settings; `python -m algos.train --help` documents each as a `--vllm-*` option."""
-
-    dtype: str = "float32"  # the trainer's dtype: another one would fail the sync check
-    max_model_len: int = 2048
-    gpu_memory_utilization: float = 0.4  # GPU only; on CPU the KV cache size rules
-    kv_cache_gib: float = 0.0  # 0: CPU_KV_CACHE_GIB on CPU, from gpu_memory_utilization on GPU
-    enforce_eager: bool | None = None  # None: eager on CPU, CUDA graphs on GPU
-    tensor_parallel_size: int = 1
-    sleep: bool = False  # GPU sleep mode between rollouts and the update
-    trust_remote_code: bool = False
 
 
 def vllm_available() -> bool:
@@ -115,32 +100,36 @@ class VLLMBackend:
     """Batched sampling through an in-process vLLM engine, with weight sync from a torch model."""
 
     def __init__(self, model_path: str, eos_ids: list[int], engine: EngineConfig, on_gpu: bool, seed: int = 0,
-                 vocab: int = 0):  # fmt: skip
+                 vocab: int = 0, dtype: str = "float32", max_model_len: int = 2048,
+                 trust_remote_code: bool = False, external_launcher: bool = False):  # fmt: skip
+        """`engine`: the run's engine section; `dtype` the trainer's (another one fails the sync check);
+        `max_model_len` the longest prompt + response, resolved (engine.vllm_max_model_len or the run's);
+        `external_launcher`: this process is a torchrun rank, so the engine joins its world."""
         _prepare_process(on_gpu)
         from vllm import LLM
 
         kwargs = dict(
             model=model_path,
-            dtype=engine.dtype,
+            dtype=dtype,
             seed=seed,
-            max_model_len=engine.max_model_len,
-            tensor_parallel_size=engine.tensor_parallel_size,
-            enforce_eager=(not on_gpu) if engine.enforce_eager is None else engine.enforce_eager,
+            max_model_len=max_model_len,
+            tensor_parallel_size=engine.vllm_tensor_parallel_size,
+            enforce_eager=(not on_gpu) if engine.vllm_enforce_eager is None else engine.vllm_enforce_eager,
             logprobs_mode="processed_logprobs",
-            trust_remote_code=engine.trust_remote_code,
+            trust_remote_code=trust_remote_code,
         )
         if vocab:  # the head's rows from len(tokenizer) on are padding: -inf before sampling and logprobs
             kwargs["logits_processors"] = [padded_rows_mask(vocab)]
-        if engine.kv_cache_gib > 0 or not on_gpu:
-            kwargs["kv_cache_memory_bytes"] = int((engine.kv_cache_gib or CPU_KV_CACHE_GIB) * 2**30)
-        if from_env().enabled:  # a torchrun rank: join its world, do not make one
+        if engine.vllm_kv_cache_gib > 0 or not on_gpu:
+            kwargs["kv_cache_memory_bytes"] = int((engine.vllm_kv_cache_gib or CPU_KV_CACHE_GIB) * 2**30)
+        if external_launcher:  # a torchrun rank: join its world, do not make one
             kwargs["distributed_executor_backend"] = "external_launcher"
         if on_gpu:
-            kwargs["gpu_memory_utilization"] = engine.gpu_memory_utilization
-            kwargs["enable_sleep_mode"] = engine.sleep
+            kwargs["gpu_memory_utilization"] = engine.vllm_gpu_memory_utilization
+            kwargs["enable_sleep_mode"] = engine.vllm_sleep
         self.llm = LLM(**kwargs)
         self.eos_ids = sorted(set(eos_ids))
-        self.sleep_between_updates = engine.sleep and on_gpu
+        self.sleep_between_updates = engine.vllm_sleep and on_gpu
         self.asleep = False
 
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> tuple[list[list[int]], list[list[float]]]:

@@ -35,6 +35,7 @@ grows with the longest trajectory (10^6 rows as 100 trajectories of 10^4 steps: 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +44,53 @@ _EPS = 1e-6
 _NORMS = ("mean", "mean_std")
 _BASELINES = ("trajectory", "step")
 _SCALES = ("group", "batch")
+
+ALGOS = ("grpo", "gigpo", "rloo")
+PLACEMENTS = ("return", "step")
+ANCHORS = ("state_key", "similarity")
+
+
+@dataclass
+class AdvantageConfig:
+    """-- advantages --"""
+
+    gamma: float = 0.95
+    """Discount of the step returns (GiGPO's step-level term)."""
+    omega: float = 1.0
+    """Weight of the step-level advantage in GiGPO."""
+    norm: str = "mean_std"
+    """mean (subtract the group mean) or mean_std (also divide by the group std)."""
+    episode_baseline: str = "trajectory"
+    """Group statistics over trajectories (the paper) or over step rows (verl-agent)."""
+    scale: str = "group"
+    """With norm=mean_std, divide by the group's std or the whole batch's (TRL: scale_rewards)."""
+    anchor: str = "state_key"
+    """GiGPO anchor states: env's info["state_key"], or similarity of observation texts."""
+    similarity_threshold: float = 0.9
+    """anchor=similarity: observations with difflib ratio >= this share an anchor state."""
+    invalid_penalty: float = 0.1
+    """Charged to a step whose action is unparseable or rejected (where: penalty_placement)."""
+    penalty_placement: str = "return"
+    """return: the penalty is taken off the step's reward, so it enters the episode return and every earlier
+    step's discounted return; step: only off the faulty step's own episode score and step return, after
+    the returns are formed (verl-agent's way; needs episode_baseline=step)."""
+
+    def check(self, algo: str) -> None:
+        """The section's values, for the run's `algo`. Raises ValueError (one line)."""
+        for name, allowed in (("norm", _NORMS), ("episode_baseline", _BASELINES), ("penalty_placement", PLACEMENTS),
+                              ("scale", _SCALES), ("anchor", ANCHORS)):  # fmt: skip
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of: {', '.join(allowed)}")
+        if self.penalty_placement == "step" and self.invalid_penalty and (self.episode_baseline != "step" or algo == "rloo"):
+            raise ValueError("--penalty-placement step charges each step its own penalty inside the group's "
+                             "step-row statistics: use it with --episode-baseline step and --algo gigpo or grpo")  # fmt: skip
+        if not 0.0 < self.similarity_threshold <= 1.0:
+            raise ValueError(f"similarity_threshold must be in (0, 1] (got {self.similarity_threshold})")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1] (got {self.gamma})")
+        if not self.invalid_penalty >= 0:
+            raise ValueError(f"invalid_penalty must be >= 0 (got {self.invalid_penalty})")
+
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]

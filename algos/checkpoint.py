@@ -25,10 +25,10 @@ restored (the resumed run is statistically, not bitwise, the same).
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +36,7 @@ import torch
 
 from agents.model import merged_state_dict
 from algos import distributed
-from algos.config import ConfigError
+from algos.config import ConfigError, flat
 from algos.distributed import SINGLE, World
 from algos.learner import Learner
 from algos.run_dir import TRAINER_STATE, RunDir
@@ -128,8 +128,8 @@ def save(run: RunDir, it: int, model, tokenizer, learner: Learner | None, cfg, s
     """A checkpoint with everything --resume needs (algos/checkpoint.py); keeps the newest --keep-checkpoints.
     Under torchrun every rank calls this: full weights and optimizer state are gathered (FSDP),
     every rank's RNGs collected, and rank 0 writes."""
-    state = {"iteration": it, "config": asdict(cfg), "loop": loop or {},
-             "world": {"size": world.size, "parallel": cfg.parallel if world.enabled else "none"}}  # fmt: skip
+    state = {"iteration": it, "config": flat(cfg), "loop": loop or {},
+             "world": {"size": world.size, "parallel": cfg.scaling.parallel if world.enabled else "none"}}  # fmt: skip
     rngs = distributed.gather(rng_state(agent.backend if agent else None, learner), world)
     state["rng"] = rngs[0]
     if world.enabled:
@@ -141,10 +141,10 @@ def save(run: RunDir, it: int, model, tokenizer, learner: Learner | None, cfg, s
         state["sampler"], state["sampler_pool"] = sampler.state_dict(), len(sampler.tasks)
     full = distributed.full_state_dict(model, rank0_only=True)  # gathered once (FSDP); else the model's own
     weights = full if distributed.is_sharded(model) else None
-    merged = merged_state_dict(full, getattr(model, "module", model)) if cfg.lora_save_merged else None
+    merged = merged_state_dict(full, getattr(model, "module", model)) if cfg.scaling.lora_save_merged else None
     path = run.save_checkpoint(it, model, tokenizer, state, weights, merged)
     if world.main:
-        prune(run.path, cfg.keep_checkpoints)
+        prune(run.path, cfg.log.keep_checkpoints)
     distributed.barrier(world)  # nobody reads or prunes a checkpoint before rank 0 has written it
     return path
 
@@ -179,3 +179,10 @@ def resume_point(run_dir: Path | None, world: World = SINGLE, parallel: str = "n
         truncate_logs(run_dir, iteration)
     distributed.barrier(world)
     return ckpt, state
+
+
+def model_state(model: str) -> dict | None:
+    """The trainer state beside a --model folder that is a checkpoint of this trainer (else None):
+    its task sampler carries over to a run that starts from it."""
+    path = os.path.join(os.path.expanduser(model), TRAINER_STATE)
+    return torch.load(path, weights_only=True) if os.path.exists(path) else None

@@ -30,15 +30,14 @@ The sampler's state (posteriors, iteration, RNG) goes into checkpoints (`state_d
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from algos.collector import Trajectory
-from algos.run_dir import TRAINER_STATE
+if TYPE_CHECKING:  # the config imports this module: it stays free of torch and the collector
+    from algos.collector import Trajectory
 
 SAMPLER_MODES = ("band", "uniform")
 DEFAULT_TASK_POOL = 256  # tasks of an env without a finite pool of its own (procedural layouts)
@@ -199,20 +198,63 @@ def zero_variance(trajs: list[Trajectory]) -> bool:
     return max(returns) - min(returns) == 0
 
 
-@dataclass(frozen=True)
+@dataclass
 class DataConfig:
+    """-- data: which tasks, how many rollouts each, which groups to train on --"""
+
     num_groups: int = 8
+    """Groups per iteration; one start state (seed) per group."""
     group_size: int = 8
+    """Rollouts per group (TRL: num_generations); >= 2."""
+    task_sampler: str = "band"
+    """band: draw tasks by their pass rate under the current policy, in proportion to the chance that a
+    group on them has mixed outcomes (sometimes solved, sometimes not), exploring unseen and
+    re-measuring stale tasks; uniform: all alike."""
+    task_pool: int = 0
+    """Training tasks = reset seeds 0..N-1; 0 = the env's own pool (its num_tasks, e.g. TextWorld's games) or 256."""
+    sampler_decay: float = 0.95
+    """Per-iteration decay of a task's success/failure counts: estimates follow the changing policy."""
+    explore_frac: float = 0.25
+    """Share of each iteration's tasks drawn from tasks never measured."""
+    stale_after: int = 10
+    """Tasks not measured for this many iterations are re-measured first (up to 1/8 of the groups)."""
     dynamic_sampling: bool = True
+    """Drop groups that would give every step a zero advantage (episode and, for GiGPO, step terms) and
+    collect fresh ones in their place (DAPO's dynamic sampling, made to know GiGPO's step term)."""
     max_extra_groups: int = 8
+    """Cap on the replacement groups collected per iteration; short of it, train on what there is."""
     adaptive_group_size: bool = False
+    """Size each group by its task's pass rate p: the smallest G with (1 - p)^G <= no_success_target,
+    within [group_size_min, group_size_max], in a budget of num_groups x group_size rollouts."""
     group_size_min: int = 2
     group_size_max: int = 16
     no_success_target: float = 0.1
 
+    def check(self) -> None:
+        """The section's own values. Raises ValueError (one line)."""
+        if self.task_sampler not in SAMPLER_MODES:
+            raise ValueError(f"unknown task_sampler {self.task_sampler!r}; choose one of: {', '.join(SAMPLER_MODES)}")
+        if not (0.0 < self.sampler_decay <= 1.0 and 0.0 <= self.explore_frac <= 1.0):
+            raise ValueError("need 0 < sampler_decay <= 1 and 0 <= explore_frac <= 1")
+        if not 0.0 < self.no_success_target < 1.0:
+            raise ValueError(f"no_success_target must be in (0, 1) (got {self.no_success_target})")
+        if self.adaptive_group_size and not 2 <= self.group_size_min <= self.group_size_max:
+            raise ValueError(
+                f"need 2 <= group_size_min <= group_size_max (got {self.group_size_min}, {self.group_size_max})"
+            )
+        if self.adaptive_group_size and self.group_size_min > self.num_groups * self.group_size:
+            raise ValueError("group_size_min exceeds the rollout budget num_groups x group_size")
+        if not self.group_size >= 2:
+            raise ValueError(f"group_size must be >= 2 (got {self.group_size}): groups compare rollouts")
+        if not self.num_groups >= 1:
+            raise ValueError(f"num_groups must be >= 1 (got {self.num_groups})")
+        for name in ("task_pool", "stale_after", "max_extra_groups"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)})")
+
 
 # collect(seeds, group_sizes, first_group_id, first_traj_id) -> trajectories; ids stay unique over a run
-CollectFn = Callable[[list[int], list[int], int, int], list[Trajectory]]
+CollectFn = Callable[[list[int], list[int], int, int], "list[Trajectory]"]
 
 
 class DataLayer:
@@ -299,22 +341,14 @@ def _by_group(trajs: list[Trajectory]) -> list[list[Trajectory]]:
     return list(groups.values())
 
 
-def data_config(cfg) -> DataConfig:
-    """The data layer's options, taken from the run's config by name."""
-    return DataConfig(**{f.name: getattr(cfg, f.name) for f in fields(DataConfig)})
-
-
-def task_sampler(cfg, env, state: dict | None = None) -> TaskSampler:
+def task_sampler(cfg: DataConfig, env, seed: int, env_id: str, state: dict | None = None) -> TaskSampler:
     """The task pool (seeds 0..N-1) and the sampler over it; continues the sampler of `state` (a
-    resumed checkpoint) or of the checkpoint --model names."""
+    resumed checkpoint's, or the one --model names) when it ran on the same env and pool."""
     pool = cfg.task_pool or getattr(env.unwrapped, "num_tasks", DEFAULT_TASK_POOL)
-    sampler = TaskSampler(list(range(pool)), cfg.task_sampler, cfg.seed, cfg.sampler_decay, cfg.group_size,
+    sampler = TaskSampler(list(range(pool)), cfg.task_sampler, seed, cfg.sampler_decay, cfg.group_size,
                           cfg.explore_frac, cfg.stale_after)  # fmt: skip
-    state_file = os.path.join(os.path.expanduser(cfg.model), TRAINER_STATE)
-    if state is None and os.path.exists(state_file):
-        state = torch.load(state_file, weights_only=True)
     if state is not None:
-        same_tasks = state.get("config", {}).get("env") == cfg.env and state.get("sampler_pool") == pool
+        same_tasks = state.get("config", {}).get("env") == env_id and state.get("sampler_pool") == pool
         if "sampler" in state and same_tasks:
             sampler.load_state_dict(state["sampler"])
     return sampler

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from agents.model import full_state_dict, hf_weights, is_sharded  # noqa: F401  (weights of a sharded model)
+
 PARALLEL = ("fsdp", "ddp")
 
 
@@ -131,23 +133,6 @@ def unwrap(model):
     return model
 
 
-def is_sharded(model) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
-
-
-def full_state_dict(model, rank0_only: bool = False) -> dict[str, torch.Tensor]:
-    """The full, unsharded weights (a collective under FSDP: every rank must call it; they are
-    gathered to CPU). `rank0_only`: other ranks get {} (when only rank 0 writes). An unsharded
-    model's own state dict is returned as it is."""
-    if not is_sharded(model):
-        return getattr(model, "module", model).state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=rank0_only))
-
-
 def full_optimizer_state(model, optimizer) -> dict:
     """The optimizer state with full (unsharded) tensors, on rank 0 (a collective under FSDP)."""
     if not is_sharded(model):
@@ -237,14 +222,6 @@ def peak_memory_gib(device: str) -> dict[str, float]:
     if device.startswith("cuda"):
         out["cuda_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     return out
-
-
-def hf_weights(model) -> dict[str, torch.Tensor]:
-    """Full weights under their Hugging Face names, a LoRA adapter merged in: what an engine loads
-    (a collective under FSDP)."""
-    from agents.model import merged_state_dict
-
-    return merged_state_dict(full_state_dict(model), getattr(model, "module", model))
 
 
 def collect_share(collect, capacity: int, seeds: list[int], sizes: list[int], first_group_id: int,

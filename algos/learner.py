@@ -31,47 +31,14 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
 from agents.model import autocast
+from algos.config import KL_ESTIMATORS, LOSS_TYPES, Config, LearnerConfig, rollout_is_level
 from algos.distributed import SINGLE, World, aligned_chunks, all_sum, gather
 from algos.logprobs import Sample, batch_order, collate, response_logprobs
-
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
-KL_ESTIMATORS = ("k1", "k2", "k3")
-IMPORTANCE_LEVELS = ("token", "sequence")
-ROLLOUT_IS_LEVELS = ("off", "token", "sequence")
-ROLLOUT_IS_MODES = ("truncate", "mask")
-
-
-@dataclass(frozen=True)
-class LearnerConfig:
-    lr: float = 3e-4
-    weight_decay: float = 0.0
-    epsilon: float = 0.2
-    epsilon_high: float = 0.28
-    beta: float = 0.0
-    loss_type: str = "dapo"
-    ppo_epochs: int = 1
-    num_minibatches: int = 2
-    micro_batch_size: int = 64
-    max_grad_norm: float = 1.0
-    target_kl: float = 0.0  # stop the update's remaining steps once a mini-batch's approx KL exceeds it; 0 = never
-    warmup_steps: int = 0  # linear LR warm-up: Adam's first steps are full-size sign steps
-    temperature: float = 1.0
-    max_new_tokens: int = 24  # dr_grpo's constant normaliser
-    kl_estimator: str = "k3"
-    importance_sampling_level: str = "token"  # "sequence": GSPO
-    clip_ratio_c: float | None = None  # dual clip; None = off
-    entropy_coef: float = 0.0  # entropy bonus: loss -= entropy_coef * entropy
-    rollout_is: str = "off"  # token / sequence: recompute old logprobs, weight by pi_trainer / pi_rollout
-    rollout_is_mode: str = "truncate"  # weights above the cap: truncated to it, or masked to 0
-    rollout_is_cap: float = 2.0
-    autocast: str = "off"  # bf16 autocast of the forward passes: bf16, off, auto (bf16 on capable GPUs)
-    share_prompts: bool = True  # equal prompts of a micro-batch go through the model once (algos/logprobs.py)
-    vocab: int = 0  # len(tokenizer): head rows beyond it are padding, never sampled or scored (0: all rows)
 
 
 def rollout_is_weights(
@@ -216,8 +183,15 @@ class Learner:
     adapter switched off (no second copy of the weights)."""
 
     def __init__(self, model, cfg: LearnerConfig, pad_id: int, ref_model=None, seed: int = 0,
-                 world: World = SINGLE, adapter_reference: bool = False):  # fmt: skip
+                 world: World = SINGLE, adapter_reference: bool = False, *, temperature: float = 1.0,
+                 max_new_tokens: int = 24, vocab: int = 0):  # fmt: skip
+        """`cfg`: the run's learner section (rollout_is "auto" resolved by the trainer; a learner on its own
+        scores what its own model sampled: off). `temperature`: the rollouts' (logits are divided by it);
+        `max_new_tokens`: dr_grpo's constant normaliser; `vocab`: len(tokenizer), head rows beyond it
+        are padding, never sampled or scored (0: all rows)."""
         self.model, self.cfg, self.pad_id, self.ref_model = model, cfg, pad_id, ref_model
+        self.temperature, self.max_new_tokens, self.vocab = temperature, max_new_tokens, vocab
+        self.rollout_is = "off" if cfg.rollout_is == "auto" else cfg.rollout_is
         self.world, self.adapter_reference = world, adapter_reference
         self.device = next(model.parameters()).device
         trainable = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapter only
@@ -228,6 +202,14 @@ class Learner:
         # Shared prompts run the model with a KV cache in training: not under gradient checkpointing
         # (which turns the cache off) and not under DDP / FSDP, whose hooks expect one forward per backward.
         self.share = cfg.share_prompts and not world.enabled and not getattr(model, "is_gradient_checkpointing", False)
+
+    @classmethod
+    def for_run(cls, model, cfg: Config, pad_id: int, vocab: int, lr: float | None = None, **kwargs) -> Learner:
+        """The learner of a run: its learner section with rollout_is resolved (and `lr`, the warm-up's),
+        scoring at the rollouts' temperature (greedy rollouts, T=0, score at T=1)."""
+        section = replace(cfg.learner, rollout_is=rollout_is_level(cfg), lr=lr or cfg.learner.lr)
+        return cls(model, section, pad_id, temperature=cfg.sampling.temperature or 1.0,
+                   max_new_tokens=cfg.sampling.max_new_tokens, vocab=vocab, **kwargs)  # fmt: skip
 
     def update(self, samples: list[Sample]) -> dict[str, float]:
         """ppo_epochs x num_minibatches optimizer steps over the samples."""
@@ -242,7 +224,7 @@ class Learner:
 
         samples = [s for s in samples if s.response_ids]
         n_global = int(all_sum([len(samples)], self.world)[0])
-        if cfg.rollout_is != "off" and n_global:
+        if self.rollout_is != "off" and n_global:
             samples, is_stats = self._recompute_old_logprobs(samples)
             for k, (v, w) in is_stats.items():
                 add(k, v, w)
@@ -276,11 +258,11 @@ class Learner:
             for chunk in aligned_chunks(samples, cfg.micro_batch_size, self.world):
                 batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
                 with autocast(self.device, cfg.autocast):
-                    logp, _ = response_logprobs(self.model, batch, cfg.temperature, vocab=cfg.vocab)
+                    logp, _ = response_logprobs(self.model, batch, self.temperature, vocab=self.vocab)
                 if chunk is None:  # this rank has run out: the pass only keeps the collectives in step
                     continue
                 w, st = rollout_is_weights(
-                    logp, batch["old"], batch["mask"], cfg.rollout_is, cfg.rollout_is_mode, cfg.rollout_is_cap
+                    logp, batch["old"], batch["mask"], self.rollout_is, cfg.rollout_is_mode, cfg.rollout_is_cap
                 )
                 chunks.append((st, float(batch["mask"].sum())))
                 for row, s in enumerate(chunk):
@@ -308,9 +290,9 @@ class Learner:
             return None
         with torch.no_grad(), autocast(self.device, self.cfg.autocast):
             if self.ref_model is not None:
-                return response_logprobs(self.ref_model, batch, self.cfg.temperature, vocab=self.cfg.vocab)[0]
+                return response_logprobs(self.ref_model, batch, self.temperature, vocab=self.vocab)[0]
             with getattr(self.model, "module", self.model).disable_adapter():  # the base model
-                return response_logprobs(self.model, batch, self.cfg.temperature, vocab=self.cfg.vocab)[0]
+                return response_logprobs(self.model, batch, self.temperature, vocab=self.vocab)[0]
 
     def _accumulation(self, last: bool):
         """DDP all-reduces gradients on every backward unless told not to: only on the last micro-batch."""
@@ -338,8 +320,8 @@ class Learner:
             batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
             with self._accumulation(last=n == len(chunks) - 1):
                 with autocast(self.device, cfg.autocast):
-                    logp, entropy = response_logprobs(self.model, batch, cfg.temperature, True, cfg.entropy_coef > 0,
-                                                        cfg.vocab)  # fmt: skip
+                    logp, entropy = response_logprobs(self.model, batch, self.temperature, True, cfg.entropy_coef > 0,
+                                                        self.vocab)  # fmt: skip
                 ref = self._reference_logprobs(batch)
                 tok_loss, info = ppo_token_loss(
                     logp, batch["old"], batch["adv"], cfg.epsilon, cfg.epsilon_high, ref, cfg.beta,
@@ -349,7 +331,7 @@ class Learner:
                 if cfg.entropy_coef > 0:
                     tok_loss = tok_loss - cfg.entropy_coef * entropy
                 tok_loss = tok_loss * batch["w"]  # rollout-correction weights (1 unless rollout_is is on)
-                loss = aggregate(tok_loss, batch["mask"], cfg.loss_type, num_seqs, num_tokens, cfg.max_new_tokens)
+                loss = aggregate(tok_loss, batch["mask"], cfg.loss_type, num_seqs, num_tokens, self.max_new_tokens)
                 (loss * (scale if chunk is not None else 0.0)).backward()
             if chunk is None:  # a dummy pass: no samples, no statistics
                 continue
@@ -394,7 +376,7 @@ class Learner:
             batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
             with self._accumulation(last=n == len(chunks) - 1):
                 with autocast(self.device, self.cfg.autocast):
-                    logp, _ = response_logprobs(self.model, batch, vocab=self.cfg.vocab)
+                    logp, _ = response_logprobs(self.model, batch, vocab=self.vocab)
                 loss = -(logp * batch["mask"]).sum() / num_tokens
                 (loss * (self.world.size if chunk is not None else 0.0)).backward()
             total += float(loss.detach()) if chunk is not None else 0.0

@@ -9,7 +9,6 @@ DIR/checkpoints/iter_N/      Hugging Face format (safetensors) + trainer_state.p
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -41,13 +40,14 @@ def _fsync(path: Path) -> None:
 class RunDir:
     """The run's files. With `write=False` (every torchrun rank but 0) it only knows its path."""
 
-    def __init__(self, path: str | Path, config, purge_step: int | None = None, write: bool = True) -> None:
-        """`purge_step`: resuming at this iteration; TensorBoard drops the dead run's later events."""
+    def __init__(self, path: str | Path, config: dict, purge_step: int | None = None, write: bool = True) -> None:
+        """`config`: the resolved options (algos.config.flat); `purge_step`: resuming at this iteration,
+        TensorBoard drops the dead run's later events."""
         self.path, self.write = Path(path), write
         if not write:
             return
         self.path.mkdir(parents=True, exist_ok=True)
-        resolved = dataclasses.asdict(config)
+        resolved = dict(config)
         with open(self.path / "config.yaml", "w") as f:
             yaml.safe_dump(resolved, f, sort_keys=False)
         from torch.utils.tensorboard import SummaryWriter

@@ -14,16 +14,13 @@ import os
 import sys
 from dataclasses import replace
 
-import gymnasium as gym
-
 from agents.parser import parse_action
 from algos.collector import Step, Trajectory
-from algos.config import ConfigError, check_choice, env_kwargs
+from algos.config import env_kwargs
 from envs import env_metadata
 from rewards.audit import audit_scalars, env_honeypots, jsonable, length_report, run_audit
 from rewards.base import RewardItem
-from rewards.judge import JUDGE_MODES
-from rewards.layer import NEEDS_ANSWER, RewardLayer, RewardOptions, build_scorer, judge_options, parse_spec
+from rewards.layer import RewardLayer, build_scorer, parse_spec
 
 
 def reward_item(step: Step, task: str) -> RewardItem:
@@ -50,17 +47,11 @@ def rescore(layer: RewardLayer, trajs: list[Trajectory]) -> list[Trajectory]:
     return [replace(t, steps=[replace(s, reward=r) for s, r in zip(t.steps, rs)]) for t, rs in zip(trajs, rewards)]
 
 
-def reward_options(cfg, device: str = "cpu") -> RewardOptions:
-    return RewardOptions(cfg.reward_tolerance, cfg.reward_regex, cfg.rubric, cfg.judge_model, cfg.judge_prompt,
-                         cfg.judge_mode, cfg.judge_batch_size, device)  # fmt: skip
-
-
 def reward_layer(cfg, device: str) -> RewardLayer:
     """The run's reward sources (`--reward`), built once the config is validated."""
-    opts = reward_options(cfg, device)
     env_rubric = env_metadata(cfg.env).get("rubric")
-    sources = [(build_scorer(name, opts, env_rubric), weight) for name, weight in parse_spec(cfg.reward)]
-    return RewardLayer(sources, cfg.pass_threshold)
+    sources = [(build_scorer(name, cfg.rewards, env_rubric, device), weight) for name, weight in parse_spec(cfg.rewards.reward)]
+    return RewardLayer(sources, cfg.rewards.pass_threshold)
 
 
 class AuditHook:
@@ -74,61 +65,30 @@ class AuditHook:
 
     def honeypots(self, k: int):
         """The k-th audit's honeypots: fresh problems every audit, the same ones for a given seed."""
-        return env_honeypots(self.cfg.env, self.cfg.audit_honeypots, self.cfg.seed * 1000 + k, env_kwargs(self.cfg))
+        return env_honeypots(self.cfg.env, self.cfg.rewards.audit_honeypots, self.cfg.seed * 1000 + k, env_kwargs(self.cfg))
 
     def __call__(self, it: int, trajs: list[Trajectory]) -> dict[str, float]:
         real = answer_items(trajs)
         k = len(self.history)  # fresh problems each audit (a resumed run continues the count)
         honeypots = self._first if k == 0 else self.honeypots(k)
-        report = run_audit(self.layer.scorers, honeypots, real, self.cfg.pass_threshold,
-                           self.cfg.probe_threshold, seed=self.cfg.seed + it)  # fmt: skip
-        report["length"] = length_report(real, [t.episode_return for t in trajs if t.steps], self.cfg.pass_threshold)
+        report = run_audit(self.layer.scorers, honeypots, real, self.cfg.rewards.pass_threshold,
+                           self.cfg.rewards.probe_threshold, seed=self.cfg.seed + it)  # fmt: skip
+        report["length"] = length_report(real, [t.episode_return for t in trajs if t.steps], self.cfg.rewards.pass_threshold)
         self.history.append({"iteration": it, **report})
         tmp = f"{self.path}.tmp"
         with open(tmp, "w") as f:
-            json.dump(jsonable({"env": self.cfg.env, "reward": self.cfg.reward, "audits": self.history}), f, indent=1)
+            json.dump(jsonable({"env": self.cfg.env, "reward": self.cfg.rewards.reward, "audits": self.history}), f, indent=1)
         os.replace(tmp, self.path)
         return audit_scalars(report)
 
 
 def audit_hook(cfg, layer: RewardLayer, path: str | os.PathLike) -> AuditHook | None:
     """The audit when it is on and the env gives reference answers (honeypots need them)."""
-    if not cfg.audit_every:
+    if not cfg.rewards.audit_every:
         return None
     try:
         return AuditHook(layer, cfg, path)
     except ValueError as e:  # a multi-step env without info["answer"]: nothing to audit against
-        if cfg.reward != "env":
+        if cfg.rewards.reward != "env":
             print(f"reward audit off: {e}", file=sys.stderr)
         return None
-
-
-def check_reward(cfg) -> None:
-    """The reward spec, rubric file, judge settings and custom sources, checked before the model
-    loads; a source that compares with info["answer"] needs an env that gives one. Raises ConfigError."""
-    try:
-        names = [name for name, _ in parse_spec(cfg.reward)]
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    check_choice("judge_mode", cfg.judge_mode, JUDGE_MODES)
-    if cfg.judge_batch_size < 1 or cfg.audit_honeypots < 2 or cfg.audit_every < 0 or cfg.reward_tolerance < 0:
-        raise ConfigError("need judge_batch_size >= 1, audit_honeypots >= 2, audit_every >= 0, reward_tolerance >= 0")
-    if not 0.0 < cfg.probe_threshold <= 1.0:
-        raise ConfigError(f"probe_threshold must be in (0, 1] (got {cfg.probe_threshold})")
-    opts, env_rubric = reward_options(cfg), env_metadata(cfg.env).get("rubric")
-    try:
-        for name in names:
-            if name == "judge":  # its files and settings; the model itself loads with the run
-                judge_options(opts, env_rubric)
-            else:
-                build_scorer(name, opts, env_rubric)  # cheap for every other source
-    except (ValueError, OSError) as e:  # RubricError and re.error are ValueErrors
-        raise ConfigError(str(e).replace("\n", " ")) from None
-    uses_answer = any(n in NEEDS_ANSWER or n == "judge" for n in names)
-    if uses_answer or ("regex" in names and "{answer}" in cfg.reward_regex):
-        env = gym.make(cfg.env, **env_kwargs(cfg))
-        _, info = env.reset(seed=cfg.seed)
-        env.close()
-        if info.get("answer") is None:
-            raise ConfigError(f"--reward {cfg.reward} compares answers with info['answer'], which {cfg.env} does "
-                              "not give; use a single-turn env (Arithmetic-v0) or --reward env")  # fmt: skip

@@ -11,7 +11,6 @@ expert's): the model then also sees how to recover from states the expert never 
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 import gymnasium as gym
 import numpy as np
@@ -19,7 +18,7 @@ from tqdm import tqdm
 
 from agents.agent import LLMAgent, View
 from algos.collector import Collector, note_once
-from algos.config import ConfigError, env_kwargs
+from algos.config import Config, ConfigError, env_kwargs
 from algos.distributed import SINGLE
 from algos.learner import Learner, Sample
 from envs.base import HELD_OUT_SEED
@@ -55,15 +54,15 @@ def expert_demos(
     return demos
 
 
-def warm_up_from_config(cfg, agent: LLMAgent, model, learner_cfg, world=SINGLE) -> tuple[list[Sample], list[float]]:
-    """The trainer's warm-up as `cfg` sets it: demonstrations from cfg.sft_episodes start states
-    (never held-out ones), then cfg.sft_steps supervised steps. Returns (demos, losses). Under
+def warm_up_from_config(cfg: Config, agent: LLMAgent, model, vocab: int, world=SINGLE) -> tuple[list[Sample], list[float]]:
+    """The trainer's warm-up as `cfg` sets it: demonstrations from cfg.sft.sft_episodes start states
+    (never held-out ones), then cfg.sft.sft_steps supervised steps. Returns (demos, losses). Under
     torchrun every rank records the same demonstrations and trains on its slice of each batch."""
-    seeds = [int(s) for s in np.random.default_rng(cfg.seed).integers(0, HELD_OUT_SEED, cfg.sft_episodes)]
-    demos = expert_demos(agent, cfg.env, seeds, cfg.sft_noise, random.Random(cfg.seed), env_kwargs(cfg),
+    seeds = [int(s) for s in np.random.default_rng(cfg.seed).integers(0, HELD_OUT_SEED, cfg.sft.sft_episodes)]
+    demos = expert_demos(agent, cfg.env, seeds, cfg.sft.sft_noise, random.Random(cfg.seed), env_kwargs(cfg),
                          cfg.env_step_timeout, cfg.env_isolation)  # fmt: skip
-    sft = Learner(model, replace(learner_cfg, lr=cfg.sft_lr), agent.tokenizer.pad_token_id, seed=cfg.seed, world=world)
-    return demos, warm_up(sft, demos, cfg.sft_steps, cfg.sft_batch_size, cfg.seed)
+    sft = Learner.for_run(model, cfg, agent.tokenizer.pad_token_id, vocab, lr=cfg.sft.sft_lr, seed=cfg.seed, world=world)
+    return demos, warm_up(sft, demos, cfg.sft.sft_steps, cfg.sft.sft_batch_size, cfg.seed)
 
 
 def warm_up(learner: Learner, demos: list[Sample], steps: int, batch_size: int, seed: int) -> list[float]:

@@ -80,16 +80,16 @@ def sync_backend(agent, model, cfg, run, it: int, probe: list[list[int]], check:
     """Push the new weights to the generation engine; on a check, prove it serves them (under
     torchrun every rank checks its own engine and the worst gap counts)."""
     agent.backend.sync(model)
-    if not (check and probe and cfg.backend != "hf"):  # the HF backend samples from the model itself
+    if not (check and probe and cfg.engine.backend != "hf"):  # the HF backend samples from the model itself
         return
     stats = logprob_gap(
-        agent.backend, model, probe, agent.sampling, cfg.temperature or 1.0, agent.tokenizer.pad_token_id,
+        agent.backend, model, probe, agent.sampling, cfg.sampling.temperature or 1.0, agent.tokenizer.pad_token_id,
         len(agent.tokenizer),
     )  # fmt: skip
     stats["sync/logprob_diff_max"] = all_max(stats["sync/logprob_diff_max"], world)
     run.log(it, stats)
     try:
-        check_gap(stats, tolerance_for(cfg.dtype, cfg.sync_tolerance), f"iteration {it}")
+        check_gap(stats, tolerance_for(cfg.dtype, cfg.engine.sync_tolerance), f"iteration {it}")
     except SyncError:
         from algos.checkpoint import save  # the checkpoint module builds on this one's neighbours
 

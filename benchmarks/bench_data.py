@@ -38,13 +38,13 @@ def warm_up(env: str, out: Path, seed: int, sft_steps: int, flags: Sequence[str]
     import torch
 
     from algos.config import parse_config
+    from algos.run import build
     from algos.run_dir import TRAINER_STATE
     from algos.sft import warm_up_from_config
-    from algos.train import build
 
     cfg = parse_config([*flags, "--env", env, "--seed", str(seed), "--sft-steps", str(sft_steps), "--device", "cpu"])
-    model, tokenizer, agent, learner_cfg = build(cfg)
-    warm_up_from_config(cfg, agent, model, learner_cfg)  # the trainer's own warm-up
+    model, tokenizer, agent = build(cfg)
+    warm_up_from_config(cfg, agent, model, len(tokenizer))  # the trainer's own warm-up
     ckpt.mkdir(parents=True)
     model.save_pretrained(ckpt)
     tokenizer.save_pretrained(ckpt)

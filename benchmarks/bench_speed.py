@@ -144,8 +144,9 @@ def hardware(iterations: int, out: Path, model: str | None, flags: list[str] | N
 
     from agents.model import load_model, load_tokenizer
     from algos.config import parse_config, validate
+    from algos.run import TIME_SECTIONS
     from algos.run_dir import read_metrics
-    from algos.train import TIME_SECTIONS, train
+    from algos.train import train
 
     base = ["--iterations", str(iterations), "--eval-episodes", "0", "--output-dir", str(out / "hardware-run")]
     cfg = parse_config([*base, *(["--model", model] if model else []), *(flags or [])])
@@ -160,9 +161,9 @@ def hardware(iterations: int, out: Path, model: str | None, flags: list[str] | N
     per_iteration = []
     for row, its_calls in list(zip(rows, by_iteration(calls)))[1:]:  # the first iteration pays one-time costs
         gen = pure_generation(replay, its_calls, tokenizer.pad_token_id)
-        upd = pure_update(replay, its_calls, tokenizer.pad_token_id, cfg.micro_batch_size, cfg.temperature or 1.0)
-        unshared = pure_update(replay, its_calls, tokenizer.pad_token_id, cfg.micro_batch_size,
-                               cfg.temperature or 1.0, share_prompts=False)  # fmt: skip
+        upd = pure_update(replay, its_calls, tokenizer.pad_token_id, cfg.learner.micro_batch_size, cfg.sampling.temperature or 1.0)
+        unshared = pure_update(replay, its_calls, tokenizer.pad_token_id, cfg.learner.micro_batch_size,
+                               cfg.sampling.temperature or 1.0, share_prompts=False)  # fmt: skip
         tokens = sum(len(r) for c in its_calls if c[0] == "generate" for r in c[2])
         per_iteration.append({"iteration": row["iteration"], "wall_s": row["time/wall_s"], "pure_generation_s": gen,
                               "pure_update_s": upd, "pure_update_unshared_s": unshared, "ratio": row["time/wall_s"] / (gen + upd),
@@ -228,7 +229,7 @@ def synthetic_steps(n: int, seed: int = 0) -> list:
 
 def gigpo_scaling(sizes: list[int], repeats: int) -> list[dict]:
     from algos.config import Config
-    from algos.train import compute_advantages
+    from algos.run import compute_advantages
 
     cfg = Config()  # the default job: gigpo, mean_std, state keys
     out = []

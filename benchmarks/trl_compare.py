@@ -84,7 +84,6 @@ def prompt_rows(w: Workload) -> list[dict]:
     import gymnasium as gym
 
     from agents.agent import LLMAgent, View
-    from agents.backend import Sampling
     from agents.model import load_tokenizer, resolve_model
     from agents.prompt import PromptBuilder
     from algos.config import env_kwargs, parse_config
@@ -93,15 +92,15 @@ def prompt_rows(w: Workload) -> list[dict]:
 
     cfg = parse_config(our_flags(w, "unused"))
     env = gym.make(cfg.env, **env_kwargs(cfg))
-    sampler = task_sampler(cfg, env)  # the same pool, mode and seed as the trainer's
-    template = prompt_template(cfg.env) if cfg.prompt_template == "auto" else cfg.prompt_template
-    builder = PromptBuilder(cfg.memory, template=template)
+    sampler = task_sampler(cfg.data, env, cfg.seed, cfg.env)  # the same pool, mode and seed as the trainer's
+    sampling = cfg.sampling
+    template = prompt_template(cfg.env) if sampling.prompt_template == "auto" else sampling.prompt_template
+    builder = PromptBuilder(sampling.memory, template=template)
     tokenizer = load_tokenizer(resolve_model(cfg.model))
-    agent = LLMAgent(tokenizer, None, builder, Sampling(cfg.temperature, cfg.top_p, cfg.max_new_tokens),
-                     cfg.max_prompt_tokens)  # fmt: skip
+    agent = LLMAgent(tokenizer, None, builder, sampling.sampling(), sampling.max_prompt_tokens)
     rows = []
     for step in range(cfg.iterations):
-        for seed in sampler.sample(cfg.num_groups):
+        for seed in sampler.sample(cfg.data.num_groups):
             obs, info = env.reset(seed=seed)
             admissible = info.get("admissible_commands")
             view = View(str(info.get("task", "")), (), obs, tuple(admissible) if admissible is not None else None)

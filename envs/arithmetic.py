@@ -27,8 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from envs.base import TextEnv
-from rewards.verifiers import parse_number
+from envs.base import TextEnv, parse_number
 
 RUBRIC = Path(__file__).parent / "rubrics" / "arithmetic.yaml"
 MAX_LEVEL = {False: 5, True: 3}  # word_problems -> highest level

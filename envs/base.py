@@ -20,7 +20,9 @@ answers with feedback and `action_valid=False`.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import string
 from pathlib import Path
 from typing import Any
@@ -133,3 +135,20 @@ class TextEnv(gym.Env[str, str]):
             "action_valid": action_valid,
             **self._extra_info(),
         }
+
+
+_NUMBER = re.compile(r"^[-+]?(\d{1,3}(,\d{3})+|\d+)(\.\d*)?$|^[-+]?\.\d+$")
+
+
+def parse_number(text: str) -> float | None:
+    """The number a short answer states, or None: "42", "-3", "42.0", "1,024", "3/4", "42."."""
+    text = str(text).strip()
+    text = text[:-1] if text.endswith(".") else text  # "42." ends a sentence
+    if "/" in text:
+        num, _, den = text.partition("/")
+        a, b = parse_number(num), parse_number(den)
+        return a / b if a is not None and b not in (None, 0.0) else None
+    if len(text) > 64 or not _NUMBER.match(text):
+        return None
+    value = float(text.replace(",", ""))
+    return value if math.isfinite(value) else None

@@ -20,6 +20,7 @@ from typing import Protocol
 from agents.parser import parse_action
 
 STEP, OUTCOME = "step", "outcome"
+JUDGE_MODES = ("expected", "generate")  # how the judge grades (rewards/judge.py)
 
 
 @dataclass(frozen=True)

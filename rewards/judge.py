@@ -23,9 +23,8 @@ from pathlib import Path
 import torch
 
 from agents.backend import left_pad
-from rewards.base import OUTCOME, RewardItem
+from rewards.base import JUDGE_MODES, OUTCOME, RewardItem
 
-JUDGE_MODES = ("expected", "generate")
 SYSTEM = "You are a strict grader of answers to problems."
 PROMPT = (
     "Problem: {question}\n"

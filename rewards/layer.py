@@ -24,24 +24,53 @@ from dataclasses import dataclass
 import numpy as np
 
 from rewards import verifiers
-from rewards.base import OUTCOME, STEP, FunctionScorer, RewardItem, Scorer, score_batch
+from rewards.base import JUDGE_MODES, OUTCOME, STEP, FunctionScorer, RewardItem, Scorer, score_batch
 
 BUILTIN = ("env", "exact", "numeric", "regex", "format", "rubric", "judge")
 NEEDS_ANSWER = ("exact", "numeric")  # sources that are meaningless without info["answer"]
 
 
-@dataclass(frozen=True)
-class RewardOptions:
-    """What the built-in sources need beyond their name."""
+@dataclass
+class RewardConfig:
+    """-- rewards (rewards/, docs/rewards.md) --"""
 
-    tolerance: float = 1e-6  # numeric: absolute tolerance
-    regex: str = ""  # regex: the pattern ({answer} = the escaped reference answer)
-    rubric: str = ""  # rubric: the file; "" = the env's own (metadata["rubric"])
+    reward: str = "env"
+    """Reward sources and weights, name[=weight],...: env, exact, numeric, regex, format, rubric,
+    judge, or module:function. Weight 0 = scored, logged and audited, not trained on."""
+    reward_tolerance: float = 1e-6
+    """numeric: absolute tolerance of the answer."""
+    reward_regex: str = ""
+    """regex: pattern searched in the response; {answer} stands for the escaped reference answer."""
+    rubric: str = ""
+    """rubric (and the judge's criteria): a YAML/JSON rubric file; empty = the env's own."""
     judge_model: str = ""
-    judge_prompt: str = ""  # a template file; "" = the built-in prompt
+    """judge: the grading model (local folder, hub id, or tiny)."""
+    judge_prompt: str = ""
+    """judge: a prompt template file ({question} {answer} {criteria} {response} {task}); empty = built-in."""
     judge_mode: str = "expected"
+    """judge: expected (expected digit 0-9 from one forward pass) or generate (greedy reply, first digit)."""
     judge_batch_size: int = 32
-    device: str = "cpu"
+    pass_threshold: float = 0.5
+    """A reward >= this counts as a pass (audit error rates, rewarded vs unrewarded lengths)."""
+    audit_every: int = 8
+    """Scorer audit (honeypots, exploit probes, agreement) every N iterations; needs an env with
+    info["answer"]; 0 = never."""
+    audit_honeypots: int = 64
+    """Honeypots (half known-correct, half known-wrong) per audit."""
+    probe_threshold: float = 0.1
+    """An exploit probe is flagged when it earns >= this share of a correct answer's reward."""
+
+    def check(self) -> list[str]:
+        """The section's own values; returns the source names. Raises ValueError (one line)."""
+        names = [name for name, _ in parse_spec(self.reward)]
+        if self.judge_mode not in JUDGE_MODES:
+            raise ValueError(f"unknown judge_mode {self.judge_mode!r}; choose one of: {', '.join(JUDGE_MODES)}")
+        if not (self.judge_batch_size >= 1 and self.audit_honeypots >= 2 and self.audit_every >= 0
+                and self.reward_tolerance >= 0):  # fmt: skip
+            raise ValueError("need judge_batch_size >= 1, audit_honeypots >= 2, audit_every >= 0, reward_tolerance >= 0")
+        if not 0.0 < self.probe_threshold <= 1.0:
+            raise ValueError(f"probe_threshold must be in (0, 1] (got {self.probe_threshold})")
+        return names
 
 
 def parse_spec(spec: str) -> list[tuple[str, float]]:
@@ -72,8 +101,8 @@ def parse_spec(spec: str) -> list[tuple[str, float]]:
     return out
 
 
-def build_scorer(name: str, opts: RewardOptions, env_rubric: str | None = None) -> Scorer:
-    """One named source as a Scorer. Raises ValueError for a source that cannot be built."""
+def build_scorer(name: str, opts: RewardConfig, env_rubric: str | None = None, device: str = "cpu") -> Scorer:
+    """One named source as a Scorer (a judge loads on `device`). Raises ValueError for a source that cannot be built."""
     if name == "env":
         return FunctionScorer("env", lambda it: it.env_reward, STEP, needs_answer=False)
     if name == "format":
@@ -81,13 +110,13 @@ def build_scorer(name: str, opts: RewardOptions, env_rubric: str | None = None) 
     if name == "exact":
         return FunctionScorer("exact", lambda it: verifiers.exact(it.action, it.answer))
     if name == "numeric":
-        return FunctionScorer("numeric", lambda it: verifiers.numeric(it.action, it.answer, opts.tolerance))
+        return FunctionScorer("numeric", lambda it: verifiers.numeric(it.action, it.answer, opts.reward_tolerance))
     if name == "regex":
-        if not opts.regex:
+        if not opts.reward_regex:
             raise ValueError("--reward regex needs --reward-regex PATTERN ({answer} stands for the reference)")
-        verifiers.answer_pattern(opts.regex, "0")  # compiles, or raises re.error
-        uses_answer = "{answer}" in opts.regex
-        return FunctionScorer("regex", lambda it: verifiers.regex(it.response, opts.regex, it.answer),
+        verifiers.answer_pattern(opts.reward_regex, "0")  # compiles, or raises re.error
+        uses_answer = "{answer}" in opts.reward_regex
+        return FunctionScorer("regex", lambda it: verifiers.regex(it.response, opts.reward_regex, it.answer),
                               needs_answer=uses_answer)  # fmt: skip
     if name == "rubric":
         from rewards.rubric import RubricScorer, load_rubrics
@@ -99,11 +128,11 @@ def build_scorer(name: str, opts: RewardOptions, env_rubric: str | None = None) 
     if name == "judge":
         from rewards.judge import JudgeScorer
 
-        return JudgeScorer.from_pretrained(opts.judge_model, opts.device, **judge_options(opts, env_rubric))
+        return JudgeScorer.from_pretrained(opts.judge_model, device, **judge_options(opts, env_rubric))
     return _custom(name)
 
 
-def judge_options(opts: RewardOptions, env_rubric: str | None = None) -> dict:
+def judge_options(opts: RewardConfig, env_rubric: str | None = None) -> dict:
     """The judge's keyword arguments, every file read and checked, without loading the model:
     what `--reward judge` needs, validated before anything heavy loads. Raises ValueError."""
     from agents.model import model_missing

@@ -12,27 +12,14 @@ from __future__ import annotations
 import math
 import re
 
-_NUMBER = re.compile(r"^[-+]?(\d{1,3}(,\d{3})+|\d+)(\.\d*)?$|^[-+]?\.\d+$")
+from envs.base import parse_number  # noqa: F401  (the envs check answers with it too)
+
 # <think>...</think> (optional), then exactly one non-empty <action>...</action>, nothing else.
 _FORMAT = re.compile(r"^\s*(<think>(?:(?!</?think>).)*</think>\s*)?<action>[^<>]*\S[^<>]*</action>\s*$", re.DOTALL)
 
 
 def normalize(text: str) -> str:
     return " ".join(str(text).lower().split())
-
-
-def parse_number(text: str) -> float | None:
-    """The number a short answer states, or None: "42", "-3", "42.0", "1,024", "3/4", "42."."""
-    text = str(text).strip()
-    text = text[:-1] if text.endswith(".") else text  # "42." ends a sentence
-    if "/" in text:
-        num, _, den = text.partition("/")
-        a, b = parse_number(num), parse_number(den)
-        return a / b if a is not None and b not in (None, 0.0) else None
-    if len(text) > 64 or not _NUMBER.match(text):
-        return None
-    value = float(text.replace(",", ""))
-    return value if math.isfinite(value) else None
 
 
 def exact(text: str, answer: str) -> float:

@@ -24,15 +24,15 @@ import gymnasium as gym
 
 from agents.parser import parse_action
 from rewards.base import STEP, RewardItem, Scorer, score_batch
-from rewards.layer import RewardOptions, build_scorer, parse_spec
+from rewards.layer import RewardConfig, build_scorer, parse_spec
 
 
 class ScoredReward(gym.Wrapper):
-    def __init__(self, env: gym.Env, sources: str | list[tuple[Scorer, float]], options: RewardOptions | None = None):
+    def __init__(self, env: gym.Env, sources: str | list[tuple[Scorer, float]], options: RewardConfig | None = None):
         super().__init__(env)
         if isinstance(sources, str):
             rubric = (env.unwrapped.metadata or {}).get("rubric")
-            sources = [(build_scorer(n, options or RewardOptions(), rubric), w) for n, w in parse_spec(sources)]
+            sources = [(build_scorer(n, options or RewardConfig(), rubric), w) for n, w in parse_spec(sources)]
         self.sources = sources
         self._obs, self._info = "", {}
 

@@ -70,7 +70,7 @@ def audit(args: argparse.Namespace) -> dict:
     import envs
     from algos.config import ConfigError, check_env_id, key_value_pairs, read_yaml_values
     from rewards.audit import audit_scalars, env_honeypots, jsonable, load_honeypots, load_responses, run_audit
-    from rewards.layer import RewardOptions, build_scorer, parse_spec
+    from rewards.layer import RewardConfig, build_scorer, parse_spec
 
     if args.honeypots < 0 or (args.honeypots < 2 and not args.honeypot_file):
         raise ValueError("--honeypots must be >= 2 (or give --honeypot-file)")
@@ -79,10 +79,11 @@ def audit(args: argparse.Namespace) -> dict:
     except ConfigError as e:
         raise ValueError(str(e)) from None
     kwargs = read_yaml_values(key_value_pairs(args.env_kwargs))
-    opts = RewardOptions(args.reward_tolerance, args.reward_regex, args.rubric, args.judge_model, args.judge_prompt,
-                         args.judge_mode, args.judge_batch_size, args.device)  # fmt: skip
+    opts = RewardConfig(reward=args.reward, reward_tolerance=args.reward_tolerance, reward_regex=args.reward_regex,
+                        rubric=args.rubric, judge_model=args.judge_model, judge_prompt=args.judge_prompt,
+                        judge_mode=args.judge_mode, judge_batch_size=args.judge_batch_size)  # fmt: skip
     env_rubric = envs.env_metadata(args.env).get("rubric")
-    scorers = [build_scorer(name, opts, env_rubric) for name, _ in parse_spec(args.reward)]
+    scorers = [build_scorer(name, opts, env_rubric, args.device) for name, _ in parse_spec(args.reward)]
     honeypots = env_honeypots(args.env, args.honeypots, args.seed, kwargs) if args.honeypots else []
     if args.honeypot_file:
         honeypots += load_honeypots(args.honeypot_file)

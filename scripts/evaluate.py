@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -57,21 +56,20 @@ def load_run_config(checkpoint: str):
     """The checkpoint's training config (trainer_state.pt), or defaults for a plain HF model."""
     import torch
 
-    from algos.config import Config
+    from algos.config import OWNERS, from_flat
     from algos.run_dir import TRAINER_STATE
 
     state_file = Path(checkpoint).expanduser() / TRAINER_STATE
     saved = torch.load(state_file, weights_only=True).get("config", {}) if state_file.exists() else {}
-    known = {f.name for f in fields(Config)}
-    return Config(**{k: v for k, v in saved.items() if k in known}), bool(saved)
+    return from_flat({k: v for k, v in saved.items() if k in OWNERS}), bool(saved)
 
 
 def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     """(report, episodes by policy)."""
     from agents.model import is_model_dir, model_missing
-    from algos.config import ConfigError, env_kwargs, key_value_pairs, validate
+    from algos.config import ConfigError, env_kwargs, from_flat, key_value_pairs, validate
     from algos.evaluation import ScriptedAgent, held_out_seeds, play, summarize
-    from algos.train import build
+    from algos.run import build
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {args.episodes})")
@@ -83,19 +81,16 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
                           "LoRA adapter, e.g. runs/RUN/checkpoints/iter_N)")  # fmt: skip
     cfg, from_trainer = load_run_config(str(path))
     base_model = args.base_model or cfg.model
-    cfg.model, cfg.output_dir, cfg.sft_steps = str(path), "", 0
-    cfg.lora_rank, cfg.lora_save_merged = 0, False  # a LoRA checkpoint is evaluated with its adapter merged
+    options = dict(model=str(path), output_dir="", sft_steps=0, seed=args.seed, device=args.device or cfg.device,
+                   backend=args.backend or cfg.engine.backend,
+                   lora_rank=0, lora_save_merged=False)  # a LoRA checkpoint is evaluated with its adapter merged
     if args.env and args.env != cfg.env:  # another env: the checkpoint's knobs were for its own
-        cfg.env, cfg.env_kwargs = args.env, {}
+        options.update(env=args.env, env_kwargs={})
     if args.env_kwargs:
-        cfg.env_kwargs = key_value_pairs(args.env_kwargs)
-    if args.greedy:
-        cfg.temperature = 0.0
-    elif args.temperature is not None:
-        cfg.temperature = args.temperature
-    cfg.backend = args.backend or cfg.backend
-    cfg.device = args.device or cfg.device
-    cfg.seed = args.seed
+        options["env_kwargs"] = key_value_pairs(args.env_kwargs)
+    if args.greedy or args.temperature is not None:
+        options["temperature"] = 0.0 if args.greedy else args.temperature
+    cfg = from_flat(options, cfg)
     validate(cfg)  # env id, knobs, backend: before the model loads
     warm = path.parent / "iter_0"  # the same run's model right after its SFT warm-up
     if "warm" in args.baselines and (not is_model_dir(warm) or warm.resolve() == path.resolve()):
@@ -105,11 +100,11 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
             raise ConfigError("--baselines base needs --base-model: the checkpoint holds no training config")
         if model_missing(base_model):
             raise ConfigError(f"base model path {base_model!r} does not exist; pass a checkpoint folder, a hub id, or tiny")
-    model, tokenizer, agent, _ = build(cfg)
+    model, tokenizer, agent = build(cfg)
     check_tokenizer(model, tokenizer, path)
     env_kw = env_kwargs(cfg)
     seeds = held_out_seeds(args.episodes)
-    mode = "greedy" if cfg.temperature == 0 else f"T={cfg.temperature:g}"
+    mode = "greedy" if cfg.sampling.temperature == 0 else f"T={cfg.sampling.temperature:g}"
     report = {"checkpoint": str(path), "env": cfg.env, "env_kwargs": env_kw, "episodes": args.episodes,
               "samples": args.samples, "seed": args.seed, "decoding": mode, "policies": {}}  # fmt: skip
     episodes = {"model": play(agent, cfg.env, env_kw, seeds, args.samples, args.max_envs, "model",
@@ -117,7 +112,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     report["policies"]["model"] = summarize(episodes["model"], args.samples)
     for name in args.baselines:
         if name in ("warm", "base"):  # another model, played exactly like the checkpoint
-            policy = build(replace(cfg, model=str(warm) if name == "warm" else base_model, backend="hf"))[2]
+            policy = build(from_flat({"model": str(warm) if name == "warm" else base_model, "backend": "hf"}, cfg))[2]
         else:
             policy = ScriptedAgent(name, args.seed)
         trajs = play(policy, cfg.env, env_kw, seeds, args.samples, args.max_envs, name,

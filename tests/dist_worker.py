@@ -32,8 +32,7 @@ CASES = [
     ("fsdp-idle-rank", "fsdp", dict(loss_type="grpo", split=14)),  # rank 1 has no sample at all
     ("ddp-idle-rank", "ddp", dict(loss_type="dapo", split=14)),
 ]
-BASE = LearnerConfig(lr=0.05, ppo_epochs=2, num_minibatches=1, micro_batch_size=3, max_new_tokens=8,
-                     max_grad_norm=1e9)
+BASE = LearnerConfig(lr=0.05, ppo_epochs=2, num_minibatches=1, micro_batch_size=3, max_grad_norm=1e9, warmup_steps=0)
 
 
 def model():
@@ -72,7 +71,7 @@ def learner(net, options: dict, world, parallel: str) -> Learner:
     if cfg.beta > 0:
         ref = model().eval().requires_grad_(False)
         ref = distributed.wrap(ref, parallel, world) if parallel == "fsdp" else ref
-    lrn = Learner(distributed.wrap(net, parallel, world), cfg, pad_id=0, ref_model=ref, world=world)
+    lrn = Learner(distributed.wrap(net, parallel, world), cfg, pad_id=0, ref_model=ref, world=world, max_new_tokens=8)
     # Plain SGD, no clipping: the step is lr x gradient, so a wrong normaliser shows in the weights
     # (Adam's step and a clipped step do not change when the gradient is scaled).
     lrn.optimizer = torch.optim.SGD(lrn.model.parameters(), lr=cfg.lr)

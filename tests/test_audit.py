@@ -12,7 +12,7 @@ from algos.train import main as train_main
 from rewards.audit import Honeypot, agreement, env_honeypots, run_audit, wilson
 from rewards.base import FunctionScorer, RewardItem
 from rewards.judge import JudgeScorer
-from rewards.layer import RewardOptions, build_scorer, length_signals
+from rewards.layer import RewardConfig, build_scorer, length_signals
 from scripts.audit_rewards import main as audit_main
 
 FAST_RUN = ["--env", "Arithmetic-v0", "--algo", "grpo", "--num-groups", "2", "--group-size", "2", "--sft-steps", "2",
@@ -35,9 +35,9 @@ def numeric_honeypots(n_wrong: int, n_correct: int, seed: int) -> list[Honeypot]
 
 def test_audit_estimates_a_leaky_verifiers_false_positive_rate():
     honeypots = numeric_honeypots(n_wrong=400, n_correct=100, seed=1)
-    leaky = build_scorer("numeric", RewardOptions(tolerance=5.0))  # a tolerance set far too loose
+    leaky = build_scorer("numeric", RewardConfig(reward_tolerance=5.0))  # a tolerance set far too loose
     leaky.name = "leaky"
-    strict = build_scorer("numeric", RewardOptions())
+    strict = build_scorer("numeric", RewardConfig())
     report = run_audit([leaky, strict], honeypots, seed=3)
     r = report["scorers"]["leaky"]
     # stated tolerance: 3 binomial standard deviations at n=400, sqrt(0.25 * 0.75 / 400) = 0.0217
@@ -52,7 +52,7 @@ def test_audit_estimates_a_leaky_verifiers_false_positive_rate():
 def test_env_honeypots_are_labelled_by_the_env_and_expose_a_strict_exact_match():
     honeypots = env_honeypots("Arithmetic-v0", 60, seed=0, env_kwargs={"level": 2})
     assert len(honeypots) == 60 and sum(h.correct for h in honeypots) == 30
-    numeric, exact = build_scorer("numeric", RewardOptions()), build_scorer("exact", RewardOptions())
+    numeric, exact = build_scorer("numeric", RewardConfig()), build_scorer("exact", RewardConfig())
     report = run_audit([numeric, exact], honeypots)
     assert report["scorers"]["numeric"]["false_positive_rate"] == 0.0
     assert report["scorers"]["numeric"]["false_negative_rate"] == 0.0
@@ -66,7 +66,7 @@ def test_env_honeypots_are_labelled_by_the_env_and_expose_a_strict_exact_match()
 def test_judge_exploit_probes_are_flagged_and_a_verifiers_are_not(tiny):
     model, tok = tiny
     judge = JudgeScorer(model, tok)  # an untrained judge: it cannot tell ":" from a right answer
-    numeric = build_scorer("numeric", RewardOptions())
+    numeric = build_scorer("numeric", RewardConfig())
     report = run_audit([numeric, judge], env_honeypots("Arithmetic-v0", 20))
     flagged = report["scorers"]["judge"]["flagged_probes"]
     assert ":" in flagged and "Thought process:" in flagged

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from agents.vllm_backend import vllm_available
-from algos.config import ConfigError, env_kwargs, load_preset, parse_config, validate
+from algos.config import ConfigError, env_kwargs, from_flat, load_preset, parse_config, validate
 
 PRESETS = sorted(Path(__file__).resolve().parent.parent.joinpath("configs").glob("*.yaml"))
 
@@ -18,10 +18,11 @@ def test_every_preset_loads_and_validates(path):
     if "num_games" in cfg.env_kwargs:  # the preset's family and level, with a pool small enough for a test
         cfg.env_kwargs.update(num_games="2", num_held_out="1")
     if cfg.model.count("/") == 1 and not Path(cfg.model).exists():
-        cfg.model, cfg.device = "tiny", "cpu"  # hub models are checked by name only; nothing is downloaded
-        cfg.vllm_sleep = False  # GPU-only, like the preset's device; the rest is checked on the CPU
-    if cfg.backend == "vllm" and not vllm_available():
-        cfg.backend = "hf"  # an install without vLLM still checks the rest of the preset
+        # hub models are checked by name only; nothing is downloaded. vllm_sleep is GPU-only, like the
+        # preset's device; the rest is checked on the CPU
+        cfg = from_flat(dict(model="tiny", device="cpu", vllm_sleep=False), cfg)
+    if cfg.engine.backend == "vllm" and not vllm_available():
+        cfg = from_flat(dict(backend="hf"), cfg)  # an install without vLLM still checks the rest of the preset
     validate(cfg)
 
 

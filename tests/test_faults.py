@@ -183,9 +183,9 @@ def nan_on(iterations, monkeypatch):
     """Make the advantages of the given iterations NaN (an injected non-finite loss)."""
     import numpy as np
 
-    import algos.train
+    import algos.run
 
-    original, calls = algos.train.compute_advantages, {"n": 0}
+    original, calls = algos.run.compute_advantages, {"n": 0}
 
     def poisoned(cfg, steps):
         adv, stats = original(cfg, steps)
@@ -194,7 +194,7 @@ def nan_on(iterations, monkeypatch):
         calls["n"] += 1  # the iteration's batch (TINY has two groups)
         return (np.full_like(adv, np.nan) if calls["n"] in iterations else adv), stats
 
-    monkeypatch.setattr(algos.train, "compute_advantages", poisoned)
+    monkeypatch.setattr(algos.run, "compute_advantages", poisoned)
 
 
 TINY = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "2", "--eval-episodes", "0",

@@ -180,13 +180,14 @@ def test_vllm_run_syncs_tied_weights_exactly(tmp_path):
 def test_vllm_engine_masks_padded_rows_and_stops_at_every_eos(qwen_path):
     """One engine: a sync after editing the tied head (rows hot for a padded id, then for each EOS id)
     must change what it samples, or the in-place reload of tied weights did not take."""
+    from agents.generation import EngineConfig
     from agents.model import load_model, load_tokenizer
-    from agents.vllm_backend import EngineConfig, VLLMBackend
+    from agents.vllm_backend import VLLMBackend
     from algos.weight_sync import logprob_gap
 
     model, tokenizer = load_model(qwen_path, "cpu", torch.float32), load_tokenizer(qwen_path)
     prompt = chat_prompt(tokenizer)
-    engine = VLLMBackend(qwen_path, stop_ids(tokenizer, model), EngineConfig(max_model_len=256, kv_cache_gib=0.25),
+    engine = VLLMBackend(qwen_path, stop_ids(tokenizer, model), EngineConfig(vllm_kv_cache_gib=0.25), max_model_len=256,
                          on_gpu=False, seed=0, vocab=len(tokenizer))  # fmt: skip
     try:
         hot_token(model, prompt, 151_700)

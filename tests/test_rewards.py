@@ -12,7 +12,7 @@ from envs.arithmetic import RUBRIC
 from rewards import verifiers
 from rewards.base import FunctionScorer, RewardItem, score_batch
 from rewards.judge import JudgeScorer, verdict
-from rewards.layer import RewardLayer, RewardOptions, build_scorer, parse_spec
+from rewards.layer import RewardConfig, RewardLayer, build_scorer, parse_spec
 from rewards.rubric import RubricError, load_rubrics
 
 
@@ -144,7 +144,7 @@ def test_bad_rubric_is_one_line_naming_the_field(tmp_path, text, needle):
 
 # -- the composed layer and error isolation ----------------------------------------------
 def test_layer_composes_step_and_outcome_sources_by_hand():
-    sources = [(build_scorer(n, RewardOptions()), w) for n, w in parse_spec("env=1,format=0.5,numeric=2")]
+    sources = [(build_scorer(n, RewardConfig()), w) for n, w in parse_spec("env=1,format=0.5,numeric=2")]
     layer = RewardLayer(sources)
     episodes = [
         [item("<action>go</action>", None, env_reward=0.0), item("<action>14</action>", env_reward=1.0)],
@@ -186,7 +186,7 @@ def test_a_scorer_that_raises_on_one_response_counts_an_error():
 def test_custom_source_by_module_path():
     spec = parse_spec("numeric,test_rewards:brevity=0.5")
     assert spec == [("numeric", 1.0), ("test_rewards:brevity", 0.5)]
-    layer = RewardLayer([(build_scorer(n, RewardOptions()), w) for n, w in spec])
+    layer = RewardLayer([(build_scorer(n, RewardConfig()), w) for n, w in spec])
     long = "<think>" + "x" * 40 + "</think><action>14</action>"
     assert layer.score_episodes([[item("<action>14</action>")], [item(long)]]) == [[1.5], [1.0]]
 

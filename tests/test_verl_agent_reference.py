@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from algos.collector import Step
 from algos.config import parse_config
-from algos.train import compute_advantages, informative
+from algos.run import compute_advantages, informative
 
 PRESET = "configs/gigpo_verl_agent.yaml"
 
@@ -109,7 +109,8 @@ def batches(draw: st.DrawFn) -> list[dict]:
 def test_the_preset_matches_verl_agent(rows, mode, norm) -> None:
     cfg = parse_config(["--config", PRESET, "--norm", norm])
     ours, _ = compute_advantages(cfg, as_steps(rows))
-    theirs = verl_agent_gigpo(rows, cfg.gamma, cfg.invalid_penalty, cfg.omega, mode)
+    a = cfg.advantages
+    theirs = verl_agent_gigpo(rows, a.gamma, a.invalid_penalty, a.omega, mode)
     assert np.max(np.abs(ours - theirs)) <= 1e-5
 
 
@@ -124,7 +125,8 @@ def test_a_seeded_batch_of_a_thousand_rows_matches() -> None:
             tid += 1
     cfg = parse_config(["--config", PRESET])
     ours, _ = compute_advantages(cfg, as_steps(rows))
-    theirs = verl_agent_gigpo(rows, cfg.gamma, cfg.invalid_penalty, cfg.omega, "mean_std_norm")
+    a = cfg.advantages
+    theirs = verl_agent_gigpo(rows, a.gamma, a.invalid_penalty, a.omega, "mean_std_norm")
     assert len(rows) > 1000 and np.max(np.abs(ours - theirs)) <= 1e-5
 
 

@@ -22,9 +22,10 @@ else:
 
 from agents.agent import LLMAgent, View
 from agents.backend import HFBackend, Sampling
+from agents.generation import EngineConfig
 from agents.model import load_model, load_tokenizer
 from agents.prompt import PromptBuilder
-from agents.vllm_backend import EngineConfig, VLLMBackend
+from agents.vllm_backend import VLLMBackend
 from algos.learner import Learner, LearnerConfig, Sample, collate, response_logprobs
 from algos.weight_sync import SyncError, check_gap, logprob_gap, tolerance_for
 
@@ -35,8 +36,9 @@ LOGPROB_ATOL = 1e-4  # float32 engine vs trainer on the tiny model (measured: ~2
 @pytest.fixture(scope="module")
 def engine(tiny_path, tiny):
     _, tokenizer = tiny
-    config = EngineConfig(dtype="float32", max_model_len=1040, kv_cache_gib=0.25, gpu_memory_utilization=0.2)
-    return VLLMBackend(tiny_path, [tokenizer.eos_token_id], config, on_gpu=torch.cuda.is_available(), seed=0)
+    config = EngineConfig(vllm_kv_cache_gib=0.25, vllm_gpu_memory_utilization=0.2)
+    return VLLMBackend(tiny_path, [tokenizer.eos_token_id], config, on_gpu=torch.cuda.is_available(), seed=0,
+                       max_model_len=1040)
 
 
 def _prompts(tokenizer, n: int = 8) -> list[list[int]]:
@@ -145,8 +147,8 @@ def test_sync_check_fails_without_sync_and_passes_after_it(engine, tiny_path, ti
 def test_sleep_during_the_update_then_sync_on_gpu(tiny_path, tiny):
     _, tokenizer = tiny
     model = load_model(tiny_path, "cuda", torch.float32)
-    config = EngineConfig(dtype="float32", max_model_len=1040, gpu_memory_utilization=0.2, sleep=True)
-    backend = VLLMBackend(tiny_path, [tokenizer.eos_token_id], config, on_gpu=True, seed=0)
+    config = EngineConfig(vllm_gpu_memory_utilization=0.2, vllm_sleep=True)
+    backend = VLLMBackend(tiny_path, [tokenizer.eos_token_id], config, on_gpu=True, seed=0, max_model_len=1040)
     prompts, sampling = _prompts(tokenizer), Sampling(max_new_tokens=8)
     ids, lps = backend.generate(prompts, sampling)
     backend.release()
@@ -184,8 +186,8 @@ def test_two_iteration_training_run_with_vllm(tmp_path, lora):
     # The checkpoint loads in vLLM as saved, and the engine agrees with transformers on it.
     ckpt = str(out / "checkpoints" / "iter_2" / ("merged" if lora else ""))
     model, tokenizer = load_model(ckpt, "cpu", torch.float32), load_tokenizer(ckpt)
-    config = EngineConfig(dtype="float32", max_model_len=1040, kv_cache_gib=0.25, gpu_memory_utilization=0.2)
-    engine = VLLMBackend(ckpt, [tokenizer.eos_token_id], config, on_gpu=torch.cuda.is_available())
+    config = EngineConfig(vllm_kv_cache_gib=0.25, vllm_gpu_memory_utilization=0.2)
+    engine = VLLMBackend(ckpt, [tokenizer.eos_token_id], config, on_gpu=torch.cuda.is_available(), max_model_len=1040)
     prompts = _prompts(tokenizer)
     gap = logprob_gap(engine, model, prompts, Sampling(max_new_tokens=8), 1.0, tokenizer.pad_token_id)
     assert gap["sync/logprob_diff_max"] < tolerance_for("float32")

@@ -1,0 +1,109 @@
+"""What the agent's generation is asked for: the per-call `Sampling` record, and the two config
+sections that the trainer's flags fill, `SamplingConfig` (prompts and sampling) and `EngineConfig`
+(the generation engine and its weight sync). Torch-free, so the config imports light.
+
+Each section checks its own values (`check`, raising ValueError with a one-line message); the
+trainer's config (algos/config.py) composes the sections and turns those errors into exit code 2.
+Field docstrings are the `python -m algos.train --help` text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agents.prompt import TEMPLATES
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """One generate call's sampling parameters."""
+
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    max_new_tokens: int = 24
+
+
+@dataclass
+class SamplingConfig:
+    """-- prompts and sampling --"""
+
+    memory: int = 1
+    """Past (observation, action) pairs shown in each prompt."""
+    prompt_template: str = "auto"
+    """auto (the env's metadata["prompt_template"]), default, textworld or answer (single-turn problems)."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 16
+    max_prompt_tokens: int = 1024
+    generation_batch_size: int = 128
+    """HF backend: prompts per forward pass (vLLM schedules its own batches)."""
+
+    def sampling(self) -> Sampling:
+        return Sampling(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens)
+
+    def check(self) -> None:
+        choose("prompt_template", self.prompt_template, ("auto", *TEMPLATES))
+        for name in ("max_new_tokens", "max_prompt_tokens", "generation_batch_size"):
+            at_least(name, getattr(self, name), 1)
+        at_least("memory", self.memory, 0)
+        at_least("temperature", self.temperature, 0)
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1] (got {self.top_p})")
+
+
+BACKENDS = ("hf", "vllm")
+
+
+@dataclass
+class EngineConfig:
+    """-- generation engine --"""
+
+    backend: str = "hf"
+    """hf (transformers, the reference) or vllm (an in-process vLLM engine, synced after every update)."""
+    vllm_gpu_memory_utilization: float = 0.4
+    """vllm on GPU: fraction of GPU memory for the engine's weights and KV cache (the learner shares the GPU)."""
+    vllm_kv_cache_gib: float = 0.0
+    """vllm: KV cache size in GiB; 0 = 1 GiB on CPU, what gpu_memory_utilization leaves on GPU."""
+    vllm_max_model_len: int = 0
+    """vllm: longest prompt + response; 0 = max_prompt_tokens + max_new_tokens."""
+    vllm_enforce_eager: bool | None = None
+    """vllm: no CUDA graphs; unset = eager on CPU, graphs on GPU."""
+    vllm_tensor_parallel_size: int = 1
+    """vllm on GPU: shard the engine over this many GPUs."""
+    vllm_sleep: bool = False
+    """vllm on GPU: free the KV cache (sleep mode) while the learner updates."""
+    sync_check_every: int = 1
+    """vllm: every N iterations, compare engine and trainer logprobs on a probe batch (0 = never)."""
+    sync_probe_size: int = 8
+    """Prompts in the sync probe batch."""
+    sync_tolerance: float = 0.0
+    """Largest allowed |engine - trainer| logprob on the probe; 0 = by dtype (float32 1e-3, bfloat16 0.25, float16 0.1)."""
+
+    def check(self, on_gpu: bool) -> None:
+        """The engine's own values; `on_gpu`: whether the run's device is a GPU."""
+        choose("backend", self.backend, BACKENDS)
+        if self.sync_check_every < 0 or self.sync_probe_size < 1 or self.sync_tolerance < 0:
+            raise ValueError("need sync_check_every >= 0, sync_probe_size >= 1 and sync_tolerance >= 0")
+        if self.backend != "vllm":
+            return
+        if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
+            raise ValueError(
+                f"vllm_gpu_memory_utilization must be in (0, 1] (got {self.vllm_gpu_memory_utilization})"
+            )
+        if self.vllm_kv_cache_gib < 0 or self.vllm_max_model_len < 0 or self.vllm_tensor_parallel_size < 1:
+            raise ValueError(
+                "need vllm_kv_cache_gib >= 0, vllm_max_model_len >= 0 and vllm_tensor_parallel_size >= 1"
+            )
+        if not on_gpu and (self.vllm_sleep or self.vllm_tensor_parallel_size > 1):
+            raise ValueError("--vllm-sleep and --vllm-tensor-parallel-size > 1 need a GPU (the CPU engine has neither)")
+
+
+def choose(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    """A choice option's check: one line listing the choices."""
+    if value not in allowed:
+        raise ValueError(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
+
+
+def at_least(name: str, value: float, low: float) -> None:
+    if not value >= low:  # NaN fails too
+        raise ValueError(f"{name} must be >= {low:g} (got {value})")

@@ -1,0 +1,428 @@
+"""One training run's parts, wired once, and the phases the loop of algos/train.py calls.
+
+`Run(cfg, resume)` builds everything a run holds: the torchrun world, the run directory, the
+policy and its sampling agent, the learner, the collector, the data layer, the reward layer and
+the scorer audit, and puts back a checkpoint's state when resuming. Its methods are the phases
+of an iteration, one call each, in the order the loop calls them:
+
+    rollout     collect groups (dynamic sampling may add some), rewards composed   -> Batch
+    advantages  one advantage per step row of the kept groups (GRPO / GiGPO / RLOO)
+    update      PPO-clip on this rank's samples, or hold them (too few informative ones)
+    sync        the generation engine gets the new weights (checked on a probe batch)
+    log         metrics, histograms, transcripts, the scorer audit, the progress bar
+    evaluate    held-out episodes;  save: a checkpoint
+
+Everything the loop carries from one iteration to the next is a `LoopState`, saved in and
+restored from a checkpoint as one unit (its "loop" entry, algos/checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from agents.agent import LLMAgent
+from agents.backend import HFBackend
+from agents.model import (
+    adapter_base,
+    add_lora,
+    enable_gradient_checkpointing,
+    is_adapter,
+    load_model,
+    load_tokenizer,
+    resolve_model,
+    stop_ids,
+)
+from agents.prompt import PromptBuilder
+from agents.templates import template_notes
+from algos import checkpoint, distributed
+from algos.advantages import anchor_group_sizes, gigpo_advantages, grpo_advantages, rloo_advantages, similarity_keys
+from algos.collector import Collector, Step, Trajectory, note_once
+from algos.config import DEFAULT_SFT_STEPS, Config, ConfigError, env_kwargs, flat
+from algos.data import DataLayer, task_sampler
+from algos.evaluation import held_out_seeds, play, summarize
+from algos.learner import Learner, Sample
+from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
+from algos.run_dir import TRAINER_STATE, RunDir
+from algos.scoring import audit_hook, rescore, reward_layer
+from algos.sft import has_expert, warm_up_from_config
+from algos.weight_sync import probe_prompts, sync_backend
+from envs import prompt_template
+
+NEGLIGIBLE = 1e-6  # |advantage| below this is float noise around zero: the sample teaches nothing
+# time/<section>_s of every iteration; env, prompt, generate and parse are parts of rollout
+TIME_SECTIONS = ("rollout", "env", "prompt", "generate", "parse", "advantage", "train", "sync", "log")
+
+
+class NumericError(RuntimeError):
+    """Training cannot go on: every recent update had a non-finite loss or gradient."""
+
+
+def compute_advantages(cfg: Config, steps: list[Step]) -> tuple[np.ndarray, dict]:
+    """One advantage per step row (rows of a trajectory in time order)."""
+    a = cfg.advantages
+    penalty = np.array([a.invalid_penalty * (not s.action_valid) for s in steps])
+    rewards = np.array([s.reward for s in steps])
+    placed = dict(penalties=penalty) if a.penalty_placement == "step" and a.invalid_penalty else {}
+    if not placed:  # inside the returns: the step's reward, before returns and advantages
+        rewards = rewards - penalty
+    traj_ids = np.array([s.traj_id for s in steps])
+    group_ids = np.array([s.group_id for s in steps])
+    if a.anchor == "similarity":
+        keys = list(similarity_keys(group_ids, [s.observation for s in steps], a.similarity_threshold))
+    else:
+        keys = [s.state_key for s in steps]
+    common = dict(norm=a.norm, episode_baseline=a.episode_baseline, scale=a.scale, **placed)
+    if cfg.algo == "gigpo":
+        adv = gigpo_advantages(rewards, traj_ids, group_ids, keys, gamma=a.gamma, omega=a.omega, **common)
+    elif cfg.algo == "rloo":
+        adv = rloo_advantages(rewards, traj_ids, group_ids)
+    else:
+        adv = grpo_advantages(rewards, traj_ids, group_ids, **common)
+    sizes = anchor_group_sizes(group_ids, keys)
+    stats = {
+        "gigpo/anchor_group_size_mean": float(sizes.mean()),
+        "gigpo/singleton_frac": float((sizes == 1).mean()),
+        "adv/mean": float(adv.mean()),
+        "adv/std": float(adv.std()),
+        "adv/abs_max": float(np.abs(adv).max()),
+    }
+    return adv, stats
+
+
+def informative(cfg: Config, group: list[Trajectory]) -> bool:
+    """Whether a group gives any of its steps a nonzero advantage (episode or step term, penalties
+    included): what dynamic sampling keeps. Computed alone, as the group's statistics are its own."""
+    steps = [s for t in group for s in t.steps]
+    return bool(steps) and bool(np.abs(compute_advantages(cfg, steps)[0]).max() > NEGLIGIBLE)
+
+
+def resolve(cfg: Config, world: distributed.World) -> Config:
+    """The config with what "unset" means filled in: the run directory (rank 0's clock names it) and
+    the warm-up length (a checkpoint of this trainer is already warmed up; no expert, no warm-up)."""
+    out = cfg.output_dir or f"runs/{cfg.env.split(':')[-1]}-{cfg.algo}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    sft_steps = cfg.sft.sft_steps
+    if sft_steps is None:
+        warmed = (Path(cfg.model).expanduser() / TRAINER_STATE).exists()
+        sft_steps = 0 if warmed or not has_expert(cfg) else DEFAULT_SFT_STEPS
+    return replace(cfg, output_dir=distributed.broadcast(out, world), sft=replace(cfg.sft, sft_steps=sft_steps))
+
+
+def build(cfg: Config, world=distributed.SINGLE, device: str | None = None):
+    """(policy, tokenizer, agent). The policy is the module the learner trains: LoRA-wrapped with
+    --lora-rank, sharded or replicated under torchrun; the agent samples from it (or, when it is
+    sharded and the backend is HF, from a full copy refreshed after each update)."""
+    torch.manual_seed(cfg.seed)  # the same initial weights (and LoRA init) on every rank
+    random.seed(cfg.seed)
+    device = device or distributed.device_for(cfg.device, world)
+    scale, path = cfg.scaling, resolve_model(cfg.model)
+    tokenizer = load_tokenizer(path, cfg.trust_remote_code)
+    if world.main:
+        for note in template_notes(tokenizer):  # what the checkpoint's chat template does to prompts
+            note_once(note)
+    model = load_model(path, device, getattr(torch, cfg.dtype), cfg.trust_remote_code,
+                       adapter="train" if scale.lora_rank else "merge")  # fmt: skip
+    if scale.lora_rank and not hasattr(model, "peft_config"):
+        try:
+            model = add_lora(model, scale.lora_rank, scale.lora_alpha, scale.lora_dropout, scale.lora_target_modules)
+        except ValueError as e:  # peft: no such module in this model
+            raise ConfigError(f"--lora-target-modules {scale.lora_target_modules}: {str(e).splitlines()[0]}") from e
+    if scale.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    sampler_model = copy.deepcopy(model) if world.enabled and scale.parallel == "fsdp" else model
+    policy = distributed.wrap(model, scale.parallel, world)
+    eos = stop_ids(tokenizer, model)
+    vocab = len(tokenizer)  # the head's rows beyond it (Qwen2.5: 271 of 151,936) are padding: never sampled
+    sampling = cfg.sampling
+    if cfg.engine.backend == "vllm":
+        from agents.vllm_backend import VLLMBackend
+
+        served = adapter_base(path) if is_adapter(path) else path  # an adapter's engine starts from its base
+        backend = VLLMBackend(served, eos, cfg.engine, on_gpu=device.startswith("cuda"), seed=cfg.seed + world.rank,
+                              vocab=vocab, dtype=cfg.dtype, trust_remote_code=cfg.trust_remote_code,
+                              max_model_len=cfg.engine.vllm_max_model_len or sampling.max_prompt_tokens + sampling.max_new_tokens,
+                              external_launcher=world.enabled)  # fmt: skip
+        if served != path:
+            backend.sync(policy)
+    else:
+        backend = HFBackend(sampler_model, eos, tokenizer.pad_token_id, sampling.generation_batch_size,
+                            cfg.seed + world.rank, cfg.learner.autocast, vocab)  # fmt: skip
+    template = prompt_template(cfg.env) if sampling.prompt_template == "auto" else sampling.prompt_template
+    prompts = PromptBuilder(sampling.memory, template=template)
+    agent = LLMAgent(tokenizer, backend, prompts, sampling.sampling(), sampling.max_prompt_tokens)
+    return policy, tokenizer, agent
+
+
+def evaluate(agent: LLMAgent, cfg: Config, episodes: int, world=distributed.SINGLE) -> dict[str, float]:
+    """Held-out episodes, one per task, sampled at the training temperature (algos/evaluation.py);
+    under torchrun each rank plays its share of the tasks."""
+    seeds = held_out_seeds(episodes)[world.rank :: world.size]
+    trajs = play(agent, cfg.env, env_kwargs(cfg), seeds, max_envs=episodes, leave=False,
+                 step_timeout=cfg.env_step_timeout, isolate=cfg.env_isolation) if seeds else []  # fmt: skip
+    m = summarize([t for part in distributed.gather(trajs, world) for t in part])
+    return {"eval/success_rate": m["success_rate"], "eval/episode_length": m["mean_steps"]}
+
+
+@dataclass
+class LoopState:
+    """What the loop carries from one iteration to the next (a checkpoint's "loop" entry, with the data
+    layer's next ids): env steps so far, the run of non-finite updates, the latest held-out success,
+    and the samples held for a later update (short_batch=accumulate), this rank's."""
+
+    iteration: int = 0  # the last finished iteration
+    env_steps: int = 0
+    bad_updates: int = 0
+    held_out: float | None = None
+    held: list[Sample] = field(default_factory=list)
+
+    def to_dict(self, world) -> dict:
+        """Every rank's held samples as plain lists, gathered (rank 0 writes them all)."""
+        rows = [[s.prompt_ids, s.response_ids, s.advantage, s.old_logprobs, s.is_weights] for s in self.held]
+        return {"env_steps": self.env_steps, "bad_updates": self.bad_updates, "held_out": self.held_out,
+                "held": distributed.gather(rows, world)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, iteration: int, loop: dict, world) -> LoopState:
+        ranks = loop.get("held", [])
+        held = [Sample(*row) for row in ranks[world.rank]] if len(ranks) == world.size else []
+        return cls(iteration, loop.get("env_steps", 0), loop.get("bad_updates", 0), loop.get("held_out"), held)
+
+
+@dataclass
+class Batch:
+    """One iteration's rollouts: the groups kept for training, every group collected, the data layer's
+    metrics, the kept groups' step rows, and the group ids this rank collected (all of them in one process)."""
+
+    kept: list[Trajectory]
+    collected: list[Trajectory]
+    stats: dict[str, float]
+    steps: list[Step]
+    mine: set[int]
+
+
+class Run:
+    """A run's parts (see the module docstring); `cfg` is resolved (see `resolve`)."""
+
+    def __init__(self, cfg: Config, resume: Path | None = None) -> None:
+        self.world, self.device = world, device = distributed.init(cfg.device)  # one process unless torchrun
+        if not world.main:
+            distributed.quiet_progress()  # one set of progress bars: rank 0's
+        self.cfg = cfg = resolve(cfg, world)
+        if world.main:
+            resolve_model(cfg.model)  # the tiny model is built once, by rank 0
+        distributed.barrier(world)
+        self.ckpt, state = checkpoint.resume_point(resume, world, cfg.scaling.parallel)
+        self.loop = LoopState.from_dict(state["iteration"], state.get("loop", {}), world) if state else LoopState()
+        built = replace(cfg, model=str(self.ckpt)) if self.ckpt else cfg
+        self.model, self.tokenizer, self.agent = build(built, world, device)
+        self.dir = RunDir(cfg.output_dir, flat(cfg), purge_step=self.loop.iteration + 1 if self.ckpt else None,
+                          write=world.main)  # fmt: skip
+        self.say(f"run directory: {self.dir.path}  (tensorboard --logdir {self.dir.path})")
+        if world.enabled:
+            self.say(f"{world.size} ranks ({cfg.scaling.parallel}), {cfg.data.num_groups} groups per iteration in all")
+        self._state, self.learner, self.data = state, None, None  # the RL parts come after the warm-up
+
+    def say(self, text: str) -> None:
+        if self.world.main:
+            print(text, file=sys.stderr)
+
+    # ---- warm-up: SFT on expert demonstrations, then the RL parts --------------------
+    def warm_up(self) -> None:
+        """SFT on the env's expert actions and the held-out baseline (a fresh run), then the learner,
+        the collector, the data and reward layers, with a resumed checkpoint's state put back."""
+        cfg, world, loop = self.cfg, self.world, self.loop
+        if self.ckpt:
+            self.say(f"resuming after iteration {loop.iteration} from {self.ckpt}")
+        elif cfg.sft.sft_steps > 0:
+            demos, losses = warm_up_from_config(cfg, self.agent, self.model, len(self.tokenizer), world)
+            self.dir.log(0, {"sft/loss": float(np.mean(losses[-10:])), "sft/demos": len(demos)})
+            probe = probe_prompts([d.prompt_ids for d in demos], cfg.engine.sync_probe_size)
+            sync_backend(self.agent, self.model, cfg, self.dir, 0, probe, check=cfg.engine.sync_check_every > 0,
+                         world=world)  # fmt: skip
+        if cfg.log.eval_episodes and not self.ckpt:
+            self.evaluate(0)
+            self.say(f"success after warm-up: {loop.held_out:.1%}")
+        if cfg.sft.sft_steps > 0 and not self.ckpt:  # the warmed-up model: a baseline, and a start that skips SFT
+            self.save(0)
+        self._rl_parts()
+
+    def _rl_parts(self) -> None:
+        cfg, world, state = self.cfg, self.world, self._state
+        ref = None
+        if cfg.learner.beta > 0 and not cfg.scaling.lora_rank:  # the frozen reference is the policy RL started from
+            warm_ckpt = self.dir.path / "checkpoints" / "iter_0"
+            source = warm_ckpt if self.ckpt and warm_ckpt.exists() else resolve_model(cfg.model)
+            ref = load_model(str(source), self.device, getattr(torch, cfg.dtype), cfg.trust_remote_code)
+            if not self.ckpt:
+                ref.load_state_dict(distributed.full_state_dict(self.model))
+            if cfg.scaling.parallel == "fsdp":
+                ref = distributed.wrap(ref.eval().requires_grad_(False), "fsdp", world)
+        self.learner = Learner.for_run(self.model, cfg, self.tokenizer.pad_token_id, len(self.tokenizer), ref_model=ref,
+                                       seed=cfg.seed + world.rank, world=world,
+                                       adapter_reference=bool(cfg.scaling.lora_rank))  # fmt: skip
+        self.collector = Collector(cfg.env, -(-cfg.data.num_groups // world.size), cfg.data.group_size, env_kwargs(cfg),
+                                   cfg.env_step_timeout, cfg.env_isolation)  # fmt: skip
+        sampler = task_sampler(cfg.data, self.collector.envs[0], cfg.seed, cfg.env,
+                               state if state is not None else checkpoint.model_state(cfg.model))  # fmt: skip
+        self.data = DataLayer(cfg.data, sampler, partial(informative, cfg))
+        self.rewards = reward_layer(cfg, self.device)  # --reward: what a step earns
+        self.audit = audit_hook(cfg, self.rewards, self.dir.path / "reward_audit.json") if world.main else None
+        if state:  # put back everything that decides what happens next, RNGs last
+            loop = state.get("loop", {})
+            if "optimizer" in state:
+                distributed.load_optimizer_state(self.model, self.learner.optimizer, state["optimizer"])
+                self.learner.scheduler.load_state_dict(state["scheduler"])
+            self.data.next_group_id, self.data.next_traj_id = loop.get("next_group_id", 0), loop.get("next_traj_id", 0)
+            if self.audit:
+                self.audit.history = checkpoint.audit_history(self.dir.path, self.loop.iteration)
+            checkpoint.restore_rng(checkpoint.rank_rng(state, world), self.agent.backend,
+                                   self.learner if "optimizer" in state else None)  # fmt: skip
+        self._state = None
+        self.clock = self.agent.stopwatch  # env, prompt, generate and parse seconds come from the rollouts
+        self.bar = tqdm(range(self.loop.iteration + 1, cfg.iterations + 1), desc=f"{cfg.algo} {cfg.env}",
+                        initial=self.loop.iteration, total=cfg.iterations, dynamic_ncols=True)  # fmt: skip
+        self.last_logged = time.perf_counter()
+
+    # ---- the phases of an iteration ---------------------------------------------------
+    def rollout(self) -> Batch:
+        """This iteration's groups: planned by the data layer, collected (this rank's share under
+        torchrun), rewards composed; uninformative groups replaced while the cap allows."""
+        self.clock.lap()  # drop what evaluation and checkpoints put on it
+        self._mine: set[int] = set()
+        with self.clock.section("rollout"):
+            kept, collected, stats = self.data.next_batch(self._collect)
+        return Batch(kept, collected, stats, [s for t in kept for s in t.steps], self._mine)
+
+    def _collect(self, seeds: list[int], sizes: list[int], first_group_id: int, first_traj_id: int):
+        trajs, owned = distributed.collect_share(self._collect_here, len(self.collector.envs), seeds, sizes,
+                                                 first_group_id, first_traj_id, self.world)  # fmt: skip
+        self._mine.update(owned)
+        return trajs
+
+    def _collect_here(self, seeds: list[int], sizes: list[int], first_group_id: int, first_traj_id: int):
+        return rescore(self.rewards, self.collector.collect(self.agent, seeds, first_traj_id, sizes, first_group_id))
+
+    def advantages(self, batch: Batch) -> tuple[np.ndarray, dict[str, float]]:
+        """Every rank computes them for all groups (the statistics are per group); each trains on its own."""
+        if not batch.steps:  # none when dynamic sampling found no informative group before its cap
+            return np.zeros(0), {}
+        with self.clock.section("advantage"):
+            return compute_advantages(self.cfg, batch.steps)
+
+    def update(self, it: int, batch: Batch, adv: np.ndarray) -> dict[str, float]:
+        """PPO-clip on this rank's samples (and any held ones), or, with too few informative samples, hold
+        them (short_batch=accumulate) or drop them; "train/update_skipped" says which happened."""
+        cfg, loop = self.cfg, self.loop
+        skipped = {"train/update_skipped": 1.0, "train/held_samples": float(len(loop.held))}
+        if not batch.steps:
+            return skipped
+        samples = loop.held + [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs)
+                               for s, a in zip(batch.steps, adv) if s.group_id in batch.mine]  # fmt: skip
+        # a NaN advantage counts: the learner then skips its non-finite step (max_bad_updates)
+        useful = distributed.all_sum([sum(not abs(x.advantage) <= NEGLIGIBLE for x in samples)], self.world)[0]
+        need = cfg.data.group_size if cfg.learner.min_update_samples is None else cfg.learner.min_update_samples
+        if useful < max(need, 1):  # too little to learn from: hold it or drop it
+            loop.held = samples if cfg.learner.short_batch == "accumulate" else []
+            return {"train/update_skipped": 1.0, "train/held_samples": float(len(loop.held))}
+        loop.held = []
+        self.agent.backend.release()  # GPU vLLM sleep mode: the update gets the KV cache's memory
+        with self.clock.section("train"):
+            stats = {**self.learner.update(samples), "train/update_skipped": 0.0}
+        stats["train/informative_samples"] = float(useful)
+        self._check_finite(it, stats)
+        return stats
+
+    def _check_finite(self, it: int, stats: dict[str, float]) -> None:
+        """Count updates whose every step was skipped for a non-finite loss or gradient; stop after
+        --max-bad-updates in a row, with the last good weights saved (skipped steps left them good)."""
+        loop = self.loop
+        loop.bad_updates = loop.bad_updates + 1 if stats.get("train/skipped_frac") == 1.0 else 0
+        if self.cfg.learner.max_bad_updates and loop.bad_updates >= self.cfg.learner.max_bad_updates:
+            path = self.save(it)
+            raise NumericError(f"{loop.bad_updates} updates in a row had a non-finite loss or gradient and "
+                               f"were skipped; the last good weights are saved in {path}")  # fmt: skip
+
+    def sync(self, it: int, batch: Batch) -> None:
+        """The engine gets the new weights; every --sync-check-every iterations a probe batch checks it."""
+        engine = self.cfg.engine
+        check = engine.sync_check_every > 0 and it % engine.sync_check_every == 0
+        with self.clock.section("sync"):
+            probe = probe_prompts([s.prompt_ids for s in batch.steps], engine.sync_probe_size)
+            sync_backend(self.agent, self.model, self.cfg, self.dir, it, probe, check, self.world)
+
+    def log(self, it: int, batch: Batch, adv: np.ndarray, stats: dict[str, float], started: float) -> None:
+        """The iteration's metrics line (rollouts, rewards, data, advantages, update, memory, time), its
+        histograms and transcripts, the scorer audit when due, and the progress bar."""
+        cfg, world, loop = self.cfg, self.world, self.loop
+        loop.iteration = it
+        loop.env_steps += sum(len(t.steps) for t in batch.collected)
+        rewards = distributed.merge_metrics(distributed.gather(self.rewards.metrics(), world))  # over ranks
+        metrics = {**rollout_metrics(batch.collected), **rewards, **batch.stats, **stats}
+        metrics["data/env_steps_total"] = float(loop.env_steps)
+        per_rank = distributed.gather(distributed.peak_memory_gib(self.device), world)
+        metrics.update({f"memory/{k}": max(m[k] for m in per_rank) for k in per_rank[0]})  # the busiest rank
+        with self.clock.section("log"):  # the final metrics line below is written after the clock stops
+            self.dir.log_histogram(it, "data/pass_rates", self.data.sampler.pass_rates())
+            if cfg.log.transcript_every and it % cfg.log.transcript_every == 0:
+                by_step = {(s.traj_id, s.t): float(a) for s, a in zip(batch.steps, adv)}
+                for traj in (batch.kept or batch.collected)[: cfg.log.transcripts]:  # none kept: no advantages
+                    record = transcript(traj, by_step, self.tokenizer.decode)
+                    self.dir.log_transcript(it, record, transcript_markdown(record))
+        now = time.perf_counter()
+        spent = self.clock.lap()
+        metrics.update({f"time/{k}_s": spent.get(k, 0.0) for k in TIME_SECTIONS})
+        metrics["time/iteration_s"] = now - started
+        metrics["time/wall_s"] = now - self.last_logged  # since the last iteration's log: evaluation, saves and all
+        self.last_logged = now
+        self.dir.log(it, metrics)
+        if self.audit and it % cfg.rewards.audit_every == 0:
+            self.dir.log(it, self.audit(it, batch.collected))  # honeypots and probes mixed with the answers
+        shown = {"success": f"{metrics['rollout/success_rate']:.2f}", "loss": f"{metrics.get('train/loss', 0):.3f}"}
+        held_out = {"eval": f"{loop.held_out:.2f}"} if loop.held_out is not None else {}
+        self.bar.set_postfix(**shown, **held_out)
+
+    def budget_spent(self) -> bool:
+        return bool(self.cfg.max_env_steps) and self.loop.env_steps >= self.cfg.max_env_steps
+
+    def due(self, every: int, it: int) -> bool:
+        """Whether an every-N-iterations job runs after iteration `it` (the last one has its own)."""
+        return bool(every) and it % every == 0 and it < self.cfg.iterations
+
+    def evaluate(self, it: int) -> dict[str, float]:
+        """The held-out episodes (the same seeds every time), logged at iteration `it`."""
+        result = evaluate(self.agent, self.cfg, self.cfg.log.eval_episodes, self.world)
+        self.dir.log(it, result)
+        self.loop.held_out = result["eval/success_rate"]
+        return result
+
+    def save(self, it: int) -> Path:
+        """A checkpoint at iteration `it`: weights, and once RL runs, the optimizer, sampler and loop state."""
+        rl = self.learner is not None
+        loop = {**self.loop.to_dict(self.world), "next_group_id": self.data.next_group_id,
+                "next_traj_id": self.data.next_traj_id} if rl else {"held_out": self.loop.held_out}  # fmt: skip
+        return checkpoint.save(self.dir, it, self.model, self.tokenizer, self.learner, self.cfg,
+                               self.data.sampler if rl else None, self.agent, loop, self.world)  # fmt: skip
+
+    def finish(self) -> RunDir:
+        """The final evaluation and checkpoint, then everything closed."""
+        self.collector.close()
+        last = self.loop.iteration
+        if self.cfg.log.eval_episodes:
+            result = self.evaluate(last)
+            self.say(f"success after RL: {result['eval/success_rate']:.1%}")
+        path = self.save(last)
+        self.say(f"checkpoint: {path}")
+        self.dir.write_json("memory.json", {"ranks": distributed.gather(distributed.peak_memory_gib(self.device),
+                                                                        self.world)})  # fmt: skip
+        self.dir.close()
+        self.agent.backend.close()  # a vLLM engine leaves the process group before main() destroys it
+        return self.dir
