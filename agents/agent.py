@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agents.backend import Sampling
+from agents.backend import Backend, Sampling
 from agents.parser import parse_action
 from agents.prompt import PromptBuilder
 from agents.stopwatch import Stopwatch
@@ -41,7 +41,7 @@ class LLMAgent:
     def __init__(
         self,
         tokenizer,
-        backend,
+        backend: Backend,
         prompts: PromptBuilder,
         sampling: Sampling,
         max_prompt_tokens: int = 1024,

@@ -1,6 +1,6 @@
 """Generation backends: prompt token ids in, sampled token ids and their logprobs out.
 
-Every backend follows one protocol (DESIGN.md):
+Every backend follows one protocol, `Backend` below (docs/design.md, Backend):
 
     generate(prompt_token_ids, sampling) -> (response_token_ids, response_logprobs)
 
@@ -24,10 +24,44 @@ that `sync` refreshes from the gathered weights.
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import torch
 
 from agents.generation import Sampling
 from agents.model import autocast, full_state_dict
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the agent, the trainer and the weight-sync check call on a generation backend
+    (docs/design.md, Backend). `HFBackend` and `agents.vllm_backend.VLLMBackend` implement it.
+
+    A backend may also have `generator`, a torch.Generator its sampling draws from: checkpoints
+    then save and restore its state (algos/checkpoint.py). HFBackend has one; vLLM's sampler state
+    lives in the engine, so a resumed vLLM run is not bitwise the same."""
+
+    def generate(self, prompts: list[list[int]], sampling: Sampling) -> tuple[list[list[int]], list[list[float]]]:
+        """Sample one response per prompt (B prompts of token ids, any lengths).
+
+        Returns (response ids, logprobs), both B lists in the prompts' order: row i holds the
+        token ids sampled for prompt i exactly as generated (at most `sampling.max_new_tokens`,
+        up to and including the first EOS id, which is kept), and one float per token, its
+        logprob under log softmax(logits / T) (T = 1 when greedy) over the ids a sample may take
+        (the first `vocab` logits when the backend is given one); with top_p < 1, HFBackend takes
+        it before the nucleus truncation and VLLMBackend after. An empty batch gives ([], [])."""
+
+    def sync(self, model) -> None:
+        """After a policy update: make the next `generate` sample from `model`'s current weights
+        (`model` is the trained module: plain, DDP-wrapped, FSDP-sharded or LoRA)."""
+
+    def release(self) -> None:
+        """Before a policy update: free what generation holds (vLLM sleep mode); `sync` or the next
+        `generate` takes it back."""
+
+    def close(self) -> None:
+        """At the end of a run: shut down what the backend started (under torchrun, before the
+        process group is destroyed)."""
 
 
 class HFBackend:

@@ -1,7 +1,7 @@
 """vLLM generation backend: an in-process engine, token ids in, token ids and logprobs out.
 
-Same protocol as `HFBackend` (DESIGN.md): `generate(prompt_token_ids, sampling) ->
-(response_token_ids, response_logprobs)`. Prompts go to the engine as token ids
+Same protocol as `HFBackend` (`agents.backend.Backend`; docs/design.md, Backend):
+`generate(prompt_token_ids, sampling) -> (response_token_ids, response_logprobs)`. Prompts go to the engine as token ids
 (`TokensPrompt`), responses come back as the sampled ids, never re-tokenized text; the
 engine stops on the same EOS ids and at the same `max_new_tokens` as the HF backend, and
 only the prompts of envs still running are sent (the collector's job).

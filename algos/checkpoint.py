@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from agents.backend import Backend
 from agents.model import merged_state_dict
 from algos import distributed
 from algos.config import ConfigError, flat
@@ -42,7 +43,7 @@ from algos.learner import Learner
 from algos.run_dir import TRAINER_STATE, RunDir
 
 
-def rng_state(backend=None, learner=None) -> dict:
+def rng_state(backend: Backend | None = None, learner=None) -> dict:
     state = {
         "python": random.getstate(),
         "numpy": [v.tolist() if isinstance(v, np.ndarray) else v for v in np.random.get_state()],
@@ -55,7 +56,7 @@ def rng_state(backend=None, learner=None) -> dict:
     return state
 
 
-def restore_rng(state: dict, backend=None, learner=None) -> None:
+def restore_rng(state: dict, backend: Backend | None = None, learner=None) -> None:
     random.setstate(_tuples(state["python"]))
     kind, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))

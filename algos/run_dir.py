@@ -1,10 +1,12 @@
-"""The run directory (DESIGN.md contract): config, metrics, TensorBoard, transcripts, checkpoints.
+"""The run directory (docs/design.md, Run directory): config, metrics, TensorBoard, transcripts, checkpoints.
 
 DIR/config.yaml              the fully resolved config
-DIR/metrics.jsonl            one JSON object per iteration: iteration + scalar tags
+DIR/metrics.jsonl            JSON rows of iteration + scalar tags: each iteration's row, plus
+                             warm-up, sync-check, evaluation and audit rows
 DIR/events.out.tfevents.*    TensorBoard scalars (same tags) and transcripts as text
 DIR/transcripts.jsonl        sampled full episodes
 DIR/checkpoints/iter_N/      Hugging Face format (safetensors) + trainer_state.pt
+DIR/reward_audit.json        every scorer audit of the run; DIR/memory.json: peak memory per rank
 """
 
 from __future__ import annotations

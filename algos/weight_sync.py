@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import torch
 
-from agents.backend import Sampling
+from agents.backend import Backend, Sampling
 from algos.distributed import SINGLE, all_max
 from algos.learner import Sample, collate, response_logprobs
 
@@ -37,8 +37,8 @@ def tolerance_for(dtype: str, override: float = 0.0) -> float:
 
 
 @torch.no_grad()
-def logprob_gap(backend, model, prompts: list[list[int]], sampling: Sampling, temperature: float, pad_id: int,
-                vocab: int | None = None):  # fmt: skip
+def logprob_gap(backend: Backend, model, prompts: list[list[int]], sampling: Sampling, temperature: float,
+                pad_id: int, vocab: int | None = None):  # fmt: skip
     """Max and mean |engine logprob - trainer logprob| over the tokens the engine samples for `prompts`.
 
     Top-p is switched off for the probe: the engine then reports log softmax(logits / T),

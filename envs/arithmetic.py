@@ -16,7 +16,7 @@ Two families, each with difficulty levels (``gym.make(id, level=L)``):
     WordProblems-v0  1: one addition in a story  2: addition or subtraction
                      3: multiplication, or two steps (a + b x c)
 
-Info contract (DESIGN.md) plus ``answer`` (the exact answer as text) and ``task_type``.
+Info contract (docs/design.md, Env info) plus ``answer`` (the exact answer as text) and ``task_type``.
 `state_key` is the problem itself: the one state a group shares. `expert_action` is the
 answer, so the SFT warm-up and the evaluation baselines work as for the multi-step envs.
 """

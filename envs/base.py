@@ -2,8 +2,8 @@
 
 A TextEnv is a plain `gymnasium.Env[str, str]`: observations and actions are strings,
 `step` returns Gymnasium's 5-tuple, and `reward` is the reward of this step only.
-What makes it usable by the trainer is the info contract (DESIGN.md), filled on every
-`reset` and `step`:
+What makes it usable by the trainer is the info contract (docs/design.md, Env info), filled
+on every `reset` and `step` and declared as the TypedDict `StepInfo`:
 
     state_key            canonical description of the true state (GiGPO anchors)
     admissible_commands  list[str] | None
@@ -11,6 +11,8 @@ What makes it usable by the trainer is the info contract (DESIGN.md), filled on 
     expert_action        str | None: a next action of a good policy
     task                 the goal text shown to the agent
     action_valid         False when the last action was not a legal command
+    answer, task_type    optional: a reference answer and the problem type (single-turn envs)
+    game, error          optional: the game file, and what failed when the env did (TextWorld)
 
 Subclasses implement `_reset_state`, `_apply`, `_describe`, `_state_key`,
 `_admissible` and `_expert`; the base class assembles observations and info so that
@@ -25,7 +27,7 @@ import os
 import re
 import string
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import gymnasium as gym
 from gymnasium import spaces
@@ -60,8 +62,29 @@ def fit_text(text: str) -> str:
     return text[:MAX_TEXT] or "."
 
 
+class EnvInfo(TypedDict):
+    """The info keys every built-in env fills on every `reset` and `step` (docs/design.md, Env info)."""
+
+    state_key: str  # the true state, never the feedback text alone: equal keys = one GiGPO anchor
+    admissible_commands: list[str] | None  # None: no command list (free text), or the episode ended
+    won: bool
+    lost: bool
+    expert_action: str | None  # a next action of a good policy; None once the episode ended
+    task: str  # the goal text shown to the agent
+    action_valid: bool  # False when the last action was not a legal command (True after reset)
+
+
+class StepInfo(EnvInfo, total=False):
+    """`EnvInfo` plus the keys some envs add (docs/design.md, Env info)."""
+
+    answer: str  # the reference answer as text (single-turn envs): verifiers, rubrics, judges
+    task_type: str  # the problem type (single-turn envs): selects the rubric
+    game: str  # the game file being played (TextWorld)
+    error: str  # the env failed on this step; the episode ended truncated
+
+
 class TextEnv(gym.Env[str, str]):
-    """Base class: a turn-based text game with the DESIGN.md info contract."""
+    """Base class: a turn-based text game with the info contract of docs/design.md (Env info)."""
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
@@ -94,7 +117,7 @@ class TextEnv(gym.Env[str, str]):
         return None
 
     def _extra_info(self) -> dict[str, Any]:
-        """Env-specific info keys beyond the contract (e.g. a reference answer)."""
+        """Env-specific info keys beyond the contract (e.g. a reference answer): keys of `StepInfo`."""
         return {}
 
     @property
@@ -102,14 +125,14 @@ class TextEnv(gym.Env[str, str]):
         raise NotImplementedError
 
     # -- Gymnasium API -------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, StepInfo]:
         super().reset(seed=seed)
         self._won = self._lost = False
         self._reset_state()
         self._last_obs = fit_text(self._describe())
         return self._last_obs, self._info(action_valid=True)
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def step(self, action: str) -> tuple[str, float, bool, bool, StepInfo]:
         if self._won or self._lost:
             raise RuntimeError("step() called after the episode ended; call reset() first")
         feedback, reward, valid = self._apply(clean_action(action))
@@ -123,7 +146,7 @@ class TextEnv(gym.Env[str, str]):
             return self._last_obs
         return None
 
-    def _info(self, action_valid: bool) -> dict[str, Any]:
+    def _info(self, action_valid: bool) -> StepInfo:
         done = self._won or self._lost
         return {
             "state_key": self._state_key(),

@@ -1,11 +1,11 @@
-"""TextWorld as Gymnasium envs: any TextWorld game, with the DESIGN.md info contract.
+"""TextWorld as Gymnasium envs: any TextWorld game, with the info contract (docs/design.md, Env info).
 
 TextWorld's own gym API returns a 4-tuple and the cumulative score; this adapter drives
 its core API (`textworld.start`) instead and gives Gymnasium's 5-tuple with the reward
 of the step (the score delta). `terminated` is won or lost; `truncated` comes from
 Gymnasium's TimeLimit (`max_episode_steps`).
 
-Info keys per DESIGN.md:
+Info keys (envs.base.StepInfo; docs/design.md, Env info):
 
     state_key            "<room>|inv=<items>|<digest of all world facts>": TextWorld's
                          logical state (every fact: locations, open/closed/locked,
@@ -44,7 +44,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.base import HELD_OUT_SEED, clean_action, fit_text, text_space
+from envs.base import HELD_OUT_SEED, StepInfo, clean_action, fit_text, text_space
 from envs.tw_games import GameError, check_level, ensure_games, find_games, pool_seeds
 
 _END = re.compile(r"\*\*\* The End \*\*\*.*", re.S)  # TextWorld's end-of-game banner + restart menu
@@ -139,7 +139,7 @@ class TextWorldEnv(gym.Env[str, str]):
         self._game, self._game_file = None, None
 
     # -- Gymnasium API ---------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, StepInfo]:
         super().reset(seed=seed)
         if seed is None:
             seed = int(self.np_random.integers(0, len(self.train_games)))
@@ -159,7 +159,7 @@ class TextWorldEnv(gym.Env[str, str]):
         self._task = self._state.get("objective") or (found.group(1) if found else self._last_obs)
         return self._last_obs, self._info(action_valid=True)
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def step(self, action: str) -> tuple[str, float, bool, bool, StepInfo]:
         if self._done or self._state is None:
             raise RuntimeError("step() called after the episode ended; call reset() first")
         command = " ".join(_UNSAFE.sub(" ", clean_action(action)).split())[:MAX_COMMAND]
@@ -186,11 +186,11 @@ class TextWorldEnv(gym.Env[str, str]):
         self._close_game()
         super().close()
 
-    def _info(self, action_valid: bool, error: str | None = None) -> dict[str, Any]:
+    def _info(self, action_valid: bool, error: str | None = None) -> StepInfo:
         s = self._state
         done = self._done
         policy = s.get("policy_commands") if s is not None and not done else None
-        info = {
+        info: StepInfo = {
             "state_key": state_key(s.get("facts")) if s is not None else "?",
             "admissible_commands": None if done else list(s.get("admissible_commands") or []),
             "won": bool(s.get("won")) if error is None else False,
