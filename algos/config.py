@@ -391,7 +391,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
             raise ConfigError(f"{path}: env_kwargs must be a mapping, e.g. env_kwargs: {{level: 5}}")
         base = from_flat(preset)
     base.env_kwargs = {**base.env_kwargs, **extra_env_kwargs}  # flags override the preset key by key
-    return tyro.cli(Config, default=base, args=argv, description=__doc__, prog="python -m algos.train")
+    return tyro.cli(Config, default=base, args=argv, description=__doc__.split("`Config` holds")[0], prog="python -m algos.train")
 
 
 def _pop_env_kwargs(argv: list[str]) -> dict[str, str]:

@@ -1,9 +1,10 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from agents.vllm_backend import vllm_available
-from algos.config import ConfigError, env_kwargs, from_flat, load_preset, parse_config, validate
+from algos.config import SECTIONS, Config, ConfigError, env_kwargs, flat, from_flat, load_preset, parse_config, validate
 
 PRESETS = sorted(Path(__file__).resolve().parent.parent.joinpath("configs").glob("*.yaml"))
 
@@ -42,3 +43,33 @@ def test_unknown_preset_key_is_named(tmp_path):
     bad.write_text("iteratons: 3\n")
     with pytest.raises(ConfigError, match="did you mean 'iterations'"):
         load_preset(str(bad))
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)
+def test_presets_only_override(path):
+    """A preset says what it changes: a key set to its default would pin a copy of it."""
+    defaults = flat(Config())
+    restated = {k: v for k, v in load_preset(str(path)).items() if k != "env_kwargs" and defaults.get(k) == v}
+    assert not restated, f"{path.name} restates defaults: {restated}"
+
+
+def test_each_option_is_defined_once_and_round_trips():
+    """One name per option across the sections; flat and from_flat invert each other; a flag reaches
+    its section; a section name maps to a mapping of its options in YAML too."""
+    names = [f.name for s in SECTIONS for f in dataclasses.fields(getattr(Config(), s))]
+    assert len(names) == len(set(names)) and not set(names) & {f.name for f in dataclasses.fields(Config)}
+    cfg = parse_config(["--lr", "2e-4", "--group-size", "4", "--reward", "format", "--lora-rank", "8"])
+    assert (cfg.learner.lr, cfg.data.group_size, cfg.rewards.reward, cfg.scaling.lora_rank) == (2e-4, 4, "format", 8)
+    assert from_flat(flat(cfg)) == cfg
+    assert from_flat({"learner": {"lr": 3e-4}}).learner.lr == 3e-4
+    with pytest.raises(ConfigError, match="unknown option 'lr' in section 'data'"):
+        from_flat({"data": {"lr": 3e-4}})
+
+
+def test_a_section_checks_its_own_values():
+    with pytest.raises(ConfigError, match="group_size must be >= 2"):
+        validate(parse_config(["--group-size", "1"]))
+    with pytest.raises(ConfigError, match="ppo_epochs must be >= 1"):
+        validate(parse_config(["--ppo-epochs", "0"]))
+    with pytest.raises(ConfigError, match="unknown prompt_template"):
+        validate(parse_config(["--prompt-template", "fancy"]))
