@@ -40,6 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from agents.generation import at_least, choose
+
 _EPS = 1e-6
 _NORMS = ("mean", "mean_std")
 _BASELINES = ("trajectory", "step")
@@ -79,8 +81,7 @@ class AdvantageConfig:
         """The section's values, for the run's `algo`. Raises ValueError (one line)."""
         for name, allowed in (("norm", _NORMS), ("episode_baseline", _BASELINES), ("penalty_placement", PLACEMENTS),
                               ("scale", _SCALES), ("anchor", ANCHORS)):  # fmt: skip
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of: {', '.join(allowed)}")
+            choose(name, getattr(self, name), allowed)
         if self.penalty_placement == "step" and self.invalid_penalty and (self.episode_baseline != "step" or algo == "rloo"):
             raise ValueError("--penalty-placement step charges each step its own penalty inside the group's "
                              "step-row statistics: use it with --episode-baseline step and --algo gigpo or grpo")  # fmt: skip
@@ -88,8 +89,7 @@ class AdvantageConfig:
             raise ValueError(f"similarity_threshold must be in (0, 1] (got {self.similarity_threshold})")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1] (got {self.gamma})")
-        if not self.invalid_penalty >= 0:
-            raise ValueError(f"invalid_penalty must be >= 0 (got {self.invalid_penalty})")
+        at_least("invalid_penalty", self.invalid_penalty, 0)
 
 
 F32 = npt.NDArray[np.float32]

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from agents.generation import at_least, choose
+
 if TYPE_CHECKING:  # the config imports this module: it stays free of torch and the collector
     from algos.collector import Trajectory
 
@@ -232,8 +234,7 @@ class DataConfig:
 
     def check(self) -> None:
         """The section's own values. Raises ValueError (one line)."""
-        if self.task_sampler not in SAMPLER_MODES:
-            raise ValueError(f"unknown task_sampler {self.task_sampler!r}; choose one of: {', '.join(SAMPLER_MODES)}")
+        choose("task_sampler", self.task_sampler, SAMPLER_MODES)
         if not (0.0 < self.sampler_decay <= 1.0 and 0.0 <= self.explore_frac <= 1.0):
             raise ValueError("need 0 < sampler_decay <= 1 and 0 <= explore_frac <= 1")
         if not 0.0 < self.no_success_target < 1.0:
@@ -246,11 +247,9 @@ class DataConfig:
             raise ValueError("group_size_min exceeds the rollout budget num_groups x group_size")
         if not self.group_size >= 2:
             raise ValueError(f"group_size must be >= 2 (got {self.group_size}): groups compare rollouts")
-        if not self.num_groups >= 1:
-            raise ValueError(f"num_groups must be >= 1 (got {self.num_groups})")
+        at_least("num_groups", self.num_groups, 1)
         for name in ("task_pool", "stale_after", "max_extra_groups"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)})")
+            at_least(name, getattr(self, name), 0)
 
 
 # collect(seeds, group_sizes, first_group_id, first_traj_id) -> trajectories; ids stay unique over a run

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agents.generation import choose
 from rewards import verifiers
 from rewards.base import JUDGE_MODES, OUTCOME, STEP, FunctionScorer, RewardItem, Scorer, score_batch
 
@@ -63,8 +64,7 @@ class RewardConfig:
     def check(self) -> list[str]:
         """The section's own values; returns the source names. Raises ValueError (one line)."""
         names = [name for name, _ in parse_spec(self.reward)]
-        if self.judge_mode not in JUDGE_MODES:
-            raise ValueError(f"unknown judge_mode {self.judge_mode!r}; choose one of: {', '.join(JUDGE_MODES)}")
+        choose("judge_mode", self.judge_mode, JUDGE_MODES)
         if not (self.judge_batch_size >= 1 and self.audit_honeypots >= 2 and self.audit_every >= 0
                 and self.reward_tolerance >= 0):  # fmt: skip
             raise ValueError("need judge_batch_size >= 1, audit_honeypots >= 2, audit_every >= 0, reward_tolerance >= 0")
