@@ -288,9 +288,14 @@ class Run:
                                    self.learner if "optimizer" in state else None)  # fmt: skip
         self._state = None
         self.clock = self.agent.stopwatch  # env, prompt, generate and parse seconds come from the rollouts
+
+    def iterations(self) -> tqdm:
+        """The iterations still to run, as a progress bar (a resumed run starts after its checkpoint)."""
+        cfg = self.cfg
         self.bar = tqdm(range(self.loop.iteration + 1, cfg.iterations + 1), desc=f"{cfg.algo} {cfg.env}",
                         initial=self.loop.iteration, total=cfg.iterations, dynamic_ncols=True)  # fmt: skip
         self.last_logged = time.perf_counter()
+        return self.bar
 
     # ---- the phases of an iteration ---------------------------------------------------
     def rollout(self) -> Batch:

@@ -9,7 +9,8 @@ One iteration: collect num_groups x group_size episodes (the envs of a group sha
 seed), compute advantages (GRPO: episode-level; GiGPO: episode + step-level anchor
 states), turn every env step into a sample, run a PPO-clip update, log. Before RL, an
 optional SFT warm-up on the env's expert actions gives the model partial competence, so
-that groups have different outcomes and RL has a signal.
+that groups have different outcomes and RL has a signal. `train()` below is that loop, one
+call per phase; the parts it calls live in algos/run.py (`Run`, `LoopState`).
 
 Generation runs through the HF backend (the reference) or, with `--backend vllm`, an
 in-process vLLM engine that gets the new weights after every update and is checked against
@@ -45,7 +46,7 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
     """One run; `resume`: a run directory to continue from its newest complete checkpoint."""
     run = Run(cfg, resume)  # the parts of a run (algos/run.py), a checkpoint's state put back
     run.warm_up()  # SFT on expert actions and the held-out baseline (a fresh run), then the RL parts
-    for it in run.bar:
+    for it in run.iterations():
         started = time.perf_counter()
         batch = run.rollout()  # num_groups x group_size episodes, rewards composed, dynamic sampling
         adv, adv_stats = run.advantages(batch)  # GRPO / GiGPO / RLOO, one per step row
