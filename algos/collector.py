@@ -11,7 +11,6 @@ model, so finished envs cost nothing.
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from collections.abc import Callable
 from contextlib import contextmanager, suppress
@@ -23,8 +22,7 @@ import envs  # noqa: F401  (registers the built-in ids)
 from agents.agent import LLMAgent, View
 from agents.parser import OK
 from agents.stopwatch import Stopwatch
-
-_NOTED: set[str] = set()
+from envs.base import note_once
 
 
 class StepTimeout(Exception):
@@ -49,13 +47,6 @@ def deadline(seconds: float):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-
-
-def note_once(message: str) -> None:
-    """A one-line note on stderr, once per process (a fallback the user should know about)."""
-    if message not in _NOTED:
-        _NOTED.add(message)
-        print(f"note: {message}", file=sys.stderr)
 
 
 @dataclass(frozen=True)

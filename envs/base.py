@@ -26,6 +26,7 @@ import math
 import os
 import re
 import string
+import sys
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -44,6 +45,16 @@ HELD_OUT_SEED = 1_000_000_000
 def cache_dir() -> Path:
     """Where generated artefacts (the tiny model, TextWorld games) are cached."""
     return Path(os.environ.get("TEXTRL_CACHE", Path.home() / ".cache" / "textrl"))
+
+
+_NOTED: set[str] = set()
+
+
+def note_once(message: str) -> None:
+    """A one-line note on stderr, once per process (a fallback the user should know about)."""
+    if message not in _NOTED:
+        _NOTED.add(message)
+        print(f"note: {message}", file=sys.stderr)
 
 
 def text_space(min_length: int = 1) -> spaces.Text:
