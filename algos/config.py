@@ -28,12 +28,15 @@ mistakes into one line naming the problem and the fix (exit code 2).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib
 import json
+import math
 import os
 import sys
+import typing
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -292,6 +295,48 @@ def _owners() -> dict[str, str | None]:
 OWNERS = _owners()
 
 
+def _hints() -> dict[str, object]:
+    """Each option's declared type: the field types of Config and of its section classes."""
+    out: dict[str, object] = {}
+    for name, hint in typing.get_type_hints(Config).items():
+        out.update(typing.get_type_hints(hint) if name in SECTIONS else {name: hint})
+    return out
+
+
+HINTS = _hints()
+_EXPECTED = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false", dict: "a mapping"}
+
+
+def typed(name: str, value: object) -> object:
+    """`value` as option `name` holds it, checked against the option's declared type: an int is fine
+    for a float option (and becomes a float), as is text that reads as one (PyYAML reads `1e-4` as
+    text); None only for an `X | None` option; floats must be finite. Raises ConfigError naming the
+    option, the value and the type it needs."""
+    hint, optional = HINTS[name], False
+    if type(None) in typing.get_args(hint):  # X | None
+        if value is None:
+            return None
+        hint, optional = next(a for a in typing.get_args(hint) if a is not type(None)), True
+    kind = typing.get_origin(hint) or hint
+    if kind is float and isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is float and number and math.isfinite(value):
+        return float(value)
+    if (kind is int and number and isinstance(value, int)) or (kind in (bool, str, dict) and isinstance(value, kind)):
+        return value
+    expected = _EXPECTED.get(kind, getattr(kind, "__name__", str(kind)))
+    raise ConfigError(f"{name} must be {expected}{' or null' if optional else ''} (got {value!r})")
+
+
+def check_types(cfg: Config) -> None:
+    """Every option of `cfg` against its declared type, non-finite floats refused (see `typed`):
+    flags arrive typed by tyro, but `--lr nan` and a Config built in code get checked here too."""
+    for name, value in flat(cfg).items():
+        typed(name, value)
+
+
 def flat(cfg: Config) -> dict:
     """{option: value} in declaration order: what config.yaml and a checkpoint hold."""
     out = {}
@@ -302,7 +347,7 @@ def flat(cfg: Config) -> dict:
 
 def from_flat(values: dict, base: Config | None = None) -> Config:
     """`base` (default: the defaults) with the given options set; a section's name may also map to a
-    mapping of its options. Raises ConfigError on an unknown option."""
+    mapping of its options. Raises ConfigError on an unknown option or a value of the wrong type (`typed`)."""
     base = base or Config()
     top: dict = {}
     parts: dict[str, dict] = {s: {} for s in SECTIONS}
@@ -311,10 +356,10 @@ def from_flat(values: dict, base: Config | None = None) -> Config:
             for k, v in value.items():
                 if OWNERS.get(k) != key:
                     raise ConfigError(f"unknown option {k!r} in section {key!r}{_hint(k)}")
-                parts[key][k] = v
+                parts[key][k] = typed(k, v)
         elif key in OWNERS:
             section = OWNERS[key]
-            (parts[section] if section else top)[key] = value
+            (parts[section] if section else top)[key] = typed(key, value)
         else:
             raise ConfigError(f"unknown option {key!r}{_hint(key)}")
     changed = {s: dataclasses.replace(getattr(base, s), **kw) for s, kw in parts.items() if kw}
@@ -331,11 +376,20 @@ class ConfigError(ValueError):
 
 
 def load_preset(path: str) -> dict:
-    """A YAML preset's {option: value} (flat, or a section name mapping to its options), keys checked."""
+    """A YAML preset's {option: value} (flat, or a section name mapping to its options), keys and value
+    types checked (`typed`). Raises ConfigError (one line naming the file)."""
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path!r} not found; pass a YAML file from configs/")
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}{where}: not valid YAML ({problem})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {path}: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of option: value")
     try:
@@ -461,6 +515,7 @@ def validate(cfg: Config) -> None:
     on_gpu = cfg.engine.backend == "vllm" and (
         cfg.device.startswith("cuda") or (cfg.device == "auto" and _cuda_available())
     )
+    check_types(cfg)  # before any check compares a value
     try:
         cfg.check()
         for name in SECTIONS:
