@@ -481,17 +481,49 @@ def check_env_id(env_id: str) -> None:
 
 
 def check_env_make(cfg: Config) -> None:
-    """Make the env once: wrong knobs (a level out of range, an empty games_dir, a typo in a
-    keyword) fail here, in one line, before the model loads; games get generated now."""
+    """Make the env once and reset it with the run's seed: wrong knobs (a level out of range, an empty
+    games_dir, a typo in a keyword) and a reset that breaks the env contract (raises, or returns no
+    (str observation, dict info) pair) fail here, in one line, before the model loads or the run
+    directory is written; games get generated now."""
     import gymnasium as gym
 
     kwargs = env_kwargs(cfg)
+    shown = " ".join(f"{k}={v}" for k, v in kwargs.items())
+    name = f"--env {cfg.env}{' ' + shown if shown else ''}"
     try:
-        env = gym.make(cfg.env, **kwargs)
+        # Gymnasium's passive checker only warns about a wrong observation type; the check below says it once
+        env = gym.make(cfg.env, disable_env_checker=True, **kwargs)
     except (ValueError, TypeError, FileNotFoundError) as e:
-        shown = " ".join(f"{k}={v}" for k, v in kwargs.items())
-        raise ConfigError(f"--env {cfg.env}{' ' + shown if shown else ''}: {e}".replace("\n", " ")) from None
-    env.close()
+        raise ConfigError(f"{name}: {e}".replace("\n", " ")) from None
+    try:
+        result = env.reset(seed=cfg.seed)
+    except Exception as e:  # the user's env: anything it raises is its own
+        raise ConfigError(f"{name}: reset(seed={cfg.seed}) raised {type(e).__name__}: {_short(e)}") from None
+    finally:
+        with contextlib.suppress(Exception):
+            env.close()
+    problem = reset_problem(result)
+    if problem:
+        raise ConfigError(f"{name}: reset(seed={cfg.seed}) {problem}; a text env's reset returns "
+                          "(observation: str, info: dict) (docs/custom_envs.md)")  # fmt: skip
+
+
+def reset_problem(result: object) -> str | None:
+    """What is wrong with what an env's reset returned, or None (Gymnasium's (obs, info) with a text obs)."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        return f"returned {_short(result)}, not an (observation, info) pair"
+    obs, info = result
+    if not isinstance(obs, str):
+        return f"returned a {type(obs).__name__} observation ({_short(obs)})"
+    if not isinstance(info, dict):
+        return f"returned a {type(info).__name__} info ({_short(info)})"
+    return None
+
+
+def _short(value: object, limit: int = 120) -> str:
+    """One line of at most `limit` characters: what an env or a scorer gave back, in an error."""
+    text = (str(value) if isinstance(value, BaseException) else repr(value)).replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def rollout_is_level(cfg: Config) -> str:
