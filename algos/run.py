@@ -67,6 +67,10 @@ class NumericError(RuntimeError):
     """Training cannot go on: every recent update had a non-finite loss or gradient."""
 
 
+class RewardError(RuntimeError):
+    """Training cannot go on: a reward source failed on every response for several iterations."""
+
+
 def compute_advantages(cfg: Config, steps: list[Step]) -> tuple[np.ndarray, dict]:
     """One advantage per step row (rows of a trajectory in time order)."""
     a = cfg.advantages
@@ -394,6 +398,22 @@ class Run:
         shown = {"success": f"{metrics['rollout/success_rate']:.2f}", "loss": f"{metrics.get('train/loss', 0):.3f}"}
         held_out = {"eval": f"{loop.held_out:.2f}"} if loop.held_out is not None else {}
         self.bar.set_postfix(**shown, **held_out)
+        self._check_rewards(it, rewards)
+
+    def _check_rewards(self, it: int, rewards: dict[str, float]) -> None:
+        """Count iterations in which a trained-on --reward source failed on every response (the reward
+        layer's count, from the metrics merged over ranks, so every rank stops alike); stop after
+        --max-failed-reward-iterations in a row, with the weights saved, as for non-finite updates: a run
+        whose reward is missing must not go on as if it learned."""
+        limit = self.cfg.rewards.max_failed_reward_iterations
+        runs = self.rewards.count_failures(rewards)
+        failed = [name for name, n in runs.items() if limit and n >= limit]
+        if failed:
+            name = failed[0]
+            path = self.save(it)
+            raise RewardError(f"--reward source {name!r} failed on every response for {runs[name]} iterations in a "
+                              f"row (first error: {self.rewards.first_error.get(name, 'unknown')}); the weights are "
+                              f"saved in {path}; fix the scorer, or --max-failed-reward-iterations 0 to go on")  # fmt: skip
 
     def budget_spent(self) -> bool:
         return bool(self.cfg.max_env_steps) and self.loop.env_steps >= self.cfg.max_env_steps

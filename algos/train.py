@@ -37,7 +37,7 @@ from pathlib import Path
 
 from algos import distributed
 from algos.config import Config, ConfigError, parse_config, validate
-from algos.run import NumericError, Run
+from algos.run import NumericError, RewardError, Run
 from algos.run_dir import RunDir
 from algos.weight_sync import SyncError
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (SyncError, NumericError) as e:
+    except (SyncError, NumericError, RewardError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:  # after train() returned: a DDP module still alive would hang on a destroyed group

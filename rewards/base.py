@@ -73,30 +73,40 @@ class FunctionScorer:
 
 
 def finite(value) -> float:
+    """A score as a float; text, NaN and inf are errors (a scorer that returns "1" has a bug)."""
+    if isinstance(value, str | bytes):
+        raise TypeError(f"score {value!r} is {type(value).__name__}, not a number")
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"non-finite score {value}")
     return value
 
 
-def score_batch(scorer: Scorer, items: list[RewardItem]) -> list[float | None]:
+def score_batch(scorer: Scorer, items: list[RewardItem], errors: list[str] | None = None) -> list[float | None]:
     """`scorer.score` that never raises: a batch that fails is retried item by item, so one bad
-    response costs one error, not the batch; wrong-length or non-finite output is an error."""
+    response costs one error, not the batch; wrong-length, non-numeric or non-finite output is an
+    error. `errors`, when given, gets one line per failed item saying why."""
     if not items:
         return []
     try:
         scores = list(scorer.score(items))
         if len(scores) != len(items):
             raise ValueError(f"{scorer.name} returned {len(scores)} scores for {len(items)} items")
-        return [None if s is None else _finite_or_none(s) for s in scores]
-    except Exception:
-        if len(items) == 1:
-            return [None]
-        return [s for item in items for s in score_batch(scorer, [item])]
-
-
-def _finite_or_none(value) -> float | None:
-    try:
-        return finite(value)
-    except (TypeError, ValueError):
-        return None
+    except Exception as e:
+        if len(items) > 1:
+            return [s for item in items for s in score_batch(scorer, [item], errors)]
+        if errors is not None:
+            errors.append(f"{type(e).__name__}: {e}")
+        return [None]
+    why = iter(getattr(scorer, "last_errors", None) or [])  # FunctionScorer: why each None
+    out: list[float | None] = []
+    for s in scores:
+        try:
+            if s is None:
+                raise ValueError(next(why, "scored None"))
+            out.append(finite(s))
+        except (TypeError, ValueError) as e:
+            if errors is not None:
+                errors.append(str(e) if s is None else f"{type(e).__name__}: {e}")
+            out.append(None)
+    return out

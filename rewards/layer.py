@@ -12,18 +12,22 @@ Built-in sources: env, exact, numeric, regex (`--reward-regex`, `{answer}` = the
 format, rubric, judge (`--judge-model`). "step" sources (env, format) score every env step;
 "outcome" sources score the last step of an episode (the answer) against `info["answer"]`.
 A step's reward is the weighted sum of the sources that score it. A source that fails on
-a response scores it as an error: counted in `reward/<name>/errors`, worth 0, never a crash.
+a response scores it as an error: counted in `reward/<name>/errors`, worth 0, never a crash;
+its first error is noted on stderr, and a trained-on source that fails on every response for
+`--max-failed-reward-iterations` iterations in a row stops the run (algos/run.py).
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import traceback
 from dataclasses import dataclass
 
 import numpy as np
 
-from agents.generation import choose
+from agents.generation import at_least, choose
+from envs.base import note_once
 from rewards import verifiers
 from rewards.base import JUDGE_MODES, OUTCOME, STEP, FunctionScorer, RewardItem, Scorer, score_batch
 
@@ -60,6 +64,10 @@ class RewardConfig:
     """Honeypots (half known-correct, half known-wrong) per audit."""
     probe_threshold: float = 0.1
     """An exploit probe is flagged when it earns >= this share of a correct answer's reward."""
+    max_failed_reward_iterations: int = 3
+    """Stop (exit 1, weights saved) after this many iterations in a row in which a --reward source with a
+    nonzero weight failed on every response it scored (raised, or returned NaN, inf or a non-number):
+    the run would train on nothing. 0 = never."""
 
     def check(self) -> list[str]:
         """The section's own values; returns the source names. Raises ValueError (one line)."""
@@ -70,6 +78,7 @@ class RewardConfig:
             raise ValueError("need judge_batch_size >= 1, audit_honeypots >= 2, audit_every >= 0, reward_tolerance >= 0")
         if not 0.0 < self.probe_threshold <= 1.0:
             raise ValueError(f"probe_threshold must be in (0, 1] (got {self.probe_threshold})")
+        at_least("max_failed_reward_iterations", self.max_failed_reward_iterations, 0)
         return names
 
 
@@ -159,6 +168,10 @@ def _custom(name: str) -> Scorer:
         obj = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
         raise ValueError(f"--reward {name}: cannot load {attr!r} from {module!r}: {e}") from None
+    except Exception as e:  # the user's module failed while importing (a SyntaxError too): name it, and where
+        frames = traceback.extract_tb(e.__traceback__)
+        where = "" if isinstance(e, SyntaxError) or not frames else f" ({frames[-1].filename}, line {frames[-1].lineno})"
+        raise ValueError(f"--reward {name}: importing {module!r} raised {type(e).__name__}: {e}{where}") from None
     if isinstance(obj, type):
         obj = obj()
     if hasattr(obj, "score"):
@@ -175,6 +188,8 @@ class RewardLayer:
 
     def __init__(self, sources: list[tuple[Scorer, float]], pass_threshold: float = 0.5) -> None:
         self.sources, self.pass_threshold = sources, pass_threshold
+        self.first_error: dict[str, str] = {}  # each source's first error, noted once on stderr
+        self.failed_iterations: dict[str, int] = {s.name: 0 for s, _ in sources}  # see count_failures
         self._reset()
 
     @property
@@ -193,7 +208,12 @@ class RewardLayer:
         for scorer, weight in self.sources:
             where = [(e, t) for e, ep in enumerate(episodes) for t in range(len(ep))
                      if scorer.scope == STEP or t == len(ep) - 1]  # fmt: skip
-            scores = score_batch(scorer, [episodes[e][t] for e, t in where])
+            errors: list[str] = []
+            scores = score_batch(scorer, [episodes[e][t] for e, t in where], errors)
+            if errors and scorer.name not in self.first_error:
+                first = self.first_error[scorer.name] = errors[0].replace("\n", " ")[:300]
+                note_once(f"--reward {scorer.name}: a response it fails on scores 0 (first: {first}); "
+                          f"see reward/{scorer.name}/errors")  # fmt: skip
             for (e, t), score in zip(where, scores):
                 if score is None:
                     self._errors[scorer.name] += 1
@@ -218,6 +238,20 @@ class RewardLayer:
             out.update(length_signals(self._lengths, self._returns, self.pass_threshold))
         self._reset()
         return out
+
+    def count_failures(self, metrics: dict[str, float]) -> dict[str, int]:
+        """Each trained-on source's run of iterations in a row in which it failed on every response it
+        was given, updated from one iteration's `metrics` (merged over ranks, so that every rank counts
+        alike): errors and no score (`reward/<name>` is NaN). An iteration that gave it nothing to
+        score leaves its run as it was."""
+        for scorer, weight in self.sources:
+            errors = metrics.get(f"reward/{scorer.name}/errors", 0.0)
+            mean = metrics.get(f"reward/{scorer.name}", float("nan"))
+            if not np.isnan(mean) or not weight:
+                self.failed_iterations[scorer.name] = 0
+            elif errors:
+                self.failed_iterations[scorer.name] += 1
+        return dict(self.failed_iterations)
 
 
 def length_signals(lengths, rewards, threshold: float) -> dict[str, float]:
