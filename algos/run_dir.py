@@ -22,13 +22,33 @@ import numpy as np
 import torch
 import yaml
 
+from envs.base import note_once
+
 TRAINER_STATE = "trainer_state.pt"  # marks a checkpoint written by this trainer
 
 
 def read_metrics(run: str | Path) -> list[dict]:
-    """The rows of a run's metrics.jsonl, in order (one per iteration, plus evaluation and audit rows)."""
-    lines = (Path(run) / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    """The rows of a run's metrics.jsonl, in order (one per iteration, plus evaluation and audit rows).
+    A last line cut by a kill is skipped with a note; a bad line anywhere else raises ValueError
+    naming the file and the line."""
+    path = Path(run) / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    last = max((n for n, line in enumerate(lines, 1) if line.strip()), default=0)
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            if n == last:  # what a kill during a write leaves
+                note_once(f"{path}: its last line ({n}) is cut, as a killed run leaves it; skipped")
+                break
+            raise ValueError(f"{path}, line {n}: not JSON ({e})") from None
+        if not isinstance(row, dict) or "iteration" not in row:
+            raise ValueError(f"{path}, line {n}: not a metrics row {{\"iteration\": N, ...}}")
+        rows.append(row)
+    return rows
 
 
 def _fsync(path: Path) -> None:

@@ -8,13 +8,13 @@ One panel per metric (default: held-out success, rollout success, episode length
 actions, loss), one line per run, read from each run's metrics.jsonl; `--x` picks the
 horizontal axis (iteration, or any logged tag such as data/env_steps_total). `--smooth N`
 adds a trailing moving average over N points (the raw points stay, faint). Missing
-metrics are skipped with a note; a run without any of them is an error.
+metrics are skipped with a note; a run without any of them is an error. A run killed while
+writing its last line still plots (that line is skipped with a note).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.smooth < 1:
             raise ValueError("--smooth must be >= 1")
         missing = plot(args.runs, args.metrics, args.out, args.x, args.labels, args.smooth)
-    except (ValueError, OSError, json.JSONDecodeError) as e:
+    except (ValueError, OSError) as e:  # a bad metrics line names its file and line (read_metrics)
         print(f"error: {e}", file=sys.stderr)
         return 2
     for m in missing:
