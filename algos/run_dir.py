@@ -44,7 +44,8 @@ def read_metrics(run: str | Path) -> list[dict]:
             if n == last:  # what a kill during a write leaves
                 note_once(f"{path}: its last line ({n}) is cut, as a killed run leaves it; skipped")
                 break
-            raise ValueError(f"{path}, line {n}: not JSON ({e})") from None
+            where = e.msg if e.msg.endswith(" at") else f"{e.msg} at"  # json's own "line 1" would mislead
+            raise ValueError(f"{path}, line {n}: not JSON ({where} column {e.colno})") from None
         if not isinstance(row, dict) or "iteration" not in row:
             raise ValueError(f"{path}, line {n}: not a metrics row {{\"iteration\": N, ...}}")
         rows.append(row)
