@@ -21,9 +21,11 @@ key (`lr: 1e-4`) and a line of a run's config.yaml; `flat` and `from_flat` trans
 defaults < YAML preset (`--config`) < flags. `--env-kwargs KEY VALUE ...` passes keyword
 arguments to gymnasium.make (a preset's `env_kwargs:` mapping, overridden key by key); values
 are read as YAML (10 -> int, true -> bool, [a, b] -> list); `max_episode_steps` sets the time
-limit. Every field's docstring is its `--help` text (tyro). `validate` runs each section's own
-`check`, then the checks that span sections, before anything heavy loads, and turns user
-mistakes into one line naming the problem and the fix (exit code 2).
+limit. Every field's docstring is its `--help` text (tyro). Every value is checked against its
+field's type (`typed`: YAML values as they enter, in `from_flat`; flags, typed by tyro, and every
+float's finiteness in `validate`). `validate` then runs each section's own `check`, then the
+checks that span sections, before anything heavy loads, and turns user mistakes into one line
+naming the problem and the fix (exit code 2).
 """
 
 from __future__ import annotations
@@ -514,9 +516,9 @@ def reset_problem(result: object) -> str | None:
         return f"returned {_short(result)}, not an (observation, info) pair"
     obs, info = result
     if not isinstance(obs, str):
-        return f"returned a {type(obs).__name__} observation ({_short(obs)})"
+        return f"returned an observation of type {type(obs).__name__} ({_short(obs)})"
     if not isinstance(info, dict):
-        return f"returned a {type(info).__name__} info ({_short(info)})"
+        return f"returned an info of type {type(info).__name__} ({_short(info)})"
     return None
 
 
