@@ -67,7 +67,7 @@ class RewardConfig:
     max_failed_reward_iterations: int = 3
     """Stop (exit 1, weights saved) after this many iterations in a row in which a --reward source with a
     nonzero weight failed on every response it scored (raised, or returned NaN, inf or a non-number):
-    the run would train on nothing. 0 = never."""
+    the run would go on without that reward. 0 = never."""
 
     def check(self) -> list[str]:
         """The section's own values; returns the source names. Raises ValueError (one line)."""
