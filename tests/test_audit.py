@@ -128,6 +128,7 @@ def test_audit_script_bad_input_is_one_line(tmp_path, capsys, flags, needle):
     assert needle in err and "\n" not in err and err.startswith("error:")
 
 
+@pytest.mark.slow
 def test_training_with_composed_rewards_and_the_audit_hook(tmp_path):
     out = tmp_path / "run"
     flags = ["--reward", "numeric=1,format=0.1,judge=0", "--judge-model", "tiny", "--audit-every", "1"]

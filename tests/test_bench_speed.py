@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from agents.stopwatch import Stopwatch
 from benchmarks import bench_speed
@@ -57,6 +58,7 @@ def test_gigpo_scaling_times_the_trainer_call():
     assert all(r["seconds"] > 0 and np.isfinite(r["us_per_step"]) for r in out)
 
 
+@pytest.mark.slow
 def test_hardware_part_end_to_end_on_a_tiny_job(tmp_path):
     """Two iterations of a tiny job: the second is replayed, and the breakdown adds up."""
     assert bench_speed.main(["--parts", "hardware", "gigpo", "--iterations", "2", "--gigpo-sizes", "1000",

@@ -4,6 +4,8 @@ head and the plain path agree where the script computes both. No assertion on sp
 import json
 import math
 
+import pytest
+
 from benchmarks import bench_vocab
 
 SIZES = dict(samples=4, response=3, prompt=10)
@@ -17,6 +19,7 @@ def test_samples_use_small_ids_and_prompt_lengths_near_the_target():
     assert rows == bench_vocab.make_samples(8, 3, 20, 50, -1.5, seed=1)  # the same tokens for every configuration
 
 
+@pytest.mark.slow
 def test_memory_children_report_peaks_and_the_paths_agree(qwen_path):
     rows = bench_vocab.memory(vocab=2048, scored=2000, small=512, **SIZES)
     assert [(r["vocab"], r["plain"]) for r in rows] == [(512, False), (2048, False), (2048, True)]
@@ -28,6 +31,7 @@ def test_memory_children_report_peaks_and_the_paths_agree(qwen_path):
     assert out["ratio_peak"] == rows[1]["peak_gib"] / rows[0]["peak_gib"]
 
 
+@pytest.mark.slow
 def test_time_variants_and_agreement(qwen_path):
     t = bench_vocab.time_update(2048, 2000, max_id=512, repeats=1, **SIZES)
     assert set(t["median_s"]) == {"chunked", "optimizer", "plain", "replay4", "replay3", "body", "update"}
@@ -39,6 +43,7 @@ def test_time_variants_and_agreement(qwen_path):
     assert all(math.isfinite(v) and v > 0 for v in out.values())
 
 
+@pytest.mark.slow
 def test_sampling_rows_cover_every_mode_and_batch(qwen_path):
     rows = bench_vocab.time_sampling([2, 1], steps=2, warmup=1)
     assert [(r["batch"], r["mode"]) for r in rows] == [(b, m) for b in (2, 1) for m in bench_vocab.MODES]

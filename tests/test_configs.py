@@ -13,7 +13,9 @@ def test_there_are_presets():
     assert PRESETS
 
 
-@pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)
+# textworld_coin.yaml generates its TextWorld games when validated
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.name == "textworld_coin.yaml" else p
+                                  for p in PRESETS], ids=lambda p: p.name)  # fmt: skip
 def test_every_preset_loads_and_validates(path):
     cfg = parse_config(["--config", str(path)])
     if "num_games" in cfg.env_kwargs:  # the preset's family and level, with a pool small enough for a test

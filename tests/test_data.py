@@ -292,6 +292,7 @@ TINY = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft-epi
         "--max-new-tokens", "8", "--task-pool", "16", "--max-extra-groups", "2"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_training_logs_the_data_layer_and_checkpoints_the_sampler(tmp_path):
     out = tmp_path / "run"
     args = ["--iterations", "2", "--adaptive-group-size", "--group-size-max", "4", "--max-extra-groups", "2"]
@@ -317,6 +318,7 @@ def test_training_logs_the_data_layer_and_checkpoints_the_sampler(tmp_path):
     assert row["data/tasks_seen"] >= seen
 
 
+@pytest.mark.slow
 def test_max_env_steps_stops_the_run(tmp_path):
     out = tmp_path / "run"
     assert main(["--iterations", "50", "--max-env-steps", "1", "--output-dir", str(out), *TINY]) == 0

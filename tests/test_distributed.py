@@ -44,6 +44,7 @@ def two_rank_results(tmp_path_factory, tiny_path):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,parallel,options", dist_worker.CASES, ids=[c[0] for c in dist_worker.CASES])
 def test_two_ranks_take_the_single_process_step(two_rank_results, name, parallel, options):
     got = torch.load(two_rank_results / f"{name}.pt", weights_only=True)

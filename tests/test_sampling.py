@@ -209,6 +209,7 @@ def frequencies_within(tokens: np.ndarray, probs: np.ndarray, groups: dict[str, 
         assert abs(freq - p) <= sigmas * sigma + 1e-12, f"{name}: frequency {freq:.5f}, probability {p:.5f}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sample_at_real_vocab_follows_the_distribution(temperature):
     base, heavy, neg = real_vocab_logits(seed=1)
@@ -251,6 +252,7 @@ def test_draw_at_real_vocab_follows_the_distribution_tightly():
     frequencies_within(tokens, probs, groups)
 
 
+@pytest.mark.slow
 def test_top_p_at_real_vocab_samples_the_renormalised_nucleus():
     logits, heavy, neg = real_vocab_logits(seed=3)
     probs = torch.softmax(logits.double(), -1).numpy()

@@ -26,6 +26,7 @@ TINY_RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "3", "--sft
             "--eval-episodes", "2", "--max-new-tokens", "8", "--max-extra-groups", "2"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_lora_two_iterations_save_reload_and_base_untouched(tmp_path, tiny_path):
     out = tmp_path / "lora"
     flags = ["--lora-rank", "4", "--lora-alpha", "16", "--beta", "0.05", "--lora-save-merged", "--lr", "3e-3"]
@@ -123,6 +124,7 @@ def test_bf16_autocast_update_runs_on_cpu(tiny):
     assert model.lm_head.weight.dtype == torch.float32 and not torch.equal(model.lm_head.weight, before)
 
 
+@pytest.mark.slow
 def test_torchrun_fsdp_end_to_end(tmp_path, tiny_path):
     out = tmp_path / "run"
     proc = torchrun(["-m", "algos.train", "--iterations", "2", "--save-every", "1", "--output-dir", str(out), *TINY_RUN])

@@ -51,6 +51,7 @@ def coin_games():
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", FAMILY_IDS)
 def test_check_env_and_expert_wins_every_family(env_id):
     level = {"TextWorld-Cooking-v0": 2}.get(env_id, 1)
@@ -74,6 +75,7 @@ def test_check_env_and_expert_wins_every_family(env_id):
         assert info["expert_action"] is None and info["admissible_commands"] is None
 
 
+@pytest.mark.slow
 def test_same_seed_same_game_two_seeds_different_games():
     a, b = make(), make()
     first = a.reset(seed=1)
@@ -114,6 +116,7 @@ def test_state_keys_follow_the_true_state_not_the_feedback():
     assert bump2[4]["state_key"] != bump[4]["state_key"]
 
 
+@pytest.mark.slow
 def test_state_key_sees_object_states_in_cooking():
     env = make("TextWorld-Cooking-v0", level=2, num_games=2, num_held_out=1)
     obs, info = env.reset(seed=0)
@@ -141,6 +144,7 @@ def test_expert_action_is_recomputed_after_a_detour_and_still_wins():
     assert term and info["won"] and reward == 1.0
 
 
+@pytest.mark.slow
 def test_taking_the_wrong_object_loses_treasure_hunter():
     env = make("TextWorld-TreasureHunter-v0", level=5)
     rng = random.Random(0)
@@ -241,6 +245,7 @@ def test_train_cli_reports_bad_env_knobs_in_one_line(capsys, tmp_path, flags, ne
     assert err.startswith("error:") and needle in err and "\n" not in err
 
 
+@pytest.mark.slow
 def test_concurrent_runs_generate_one_intact_cache(tmp_path):
     env = {**os.environ, "TEXTRL_CACHE": str(tmp_path / "cache")}
     cmd = [sys.executable, "-m", "envs.tw_games", "treasure", "--level", "2", "--games", "3", "--held-out", "0",
@@ -268,6 +273,7 @@ def test_textworld_prompt_template_is_chosen_from_the_env():
     )
 
 
+@pytest.mark.slow
 def test_training_runs_on_coin_collector(tmp_path):
     from algos.train import main
 

@@ -25,6 +25,7 @@ TINY_RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft
             "--eval-episodes", "2", "--max-new-tokens", "8", "--max-extra-groups", "2"]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "algo",
     [
@@ -69,6 +70,7 @@ def test_one_iteration_writes_the_run_directory_contract(tmp_path, algo):
     AutoTokenizer.from_pretrained(ckpt)
 
 
+@pytest.mark.slow
 def test_training_continues_from_a_checkpoint(tmp_path):
     first = tmp_path / "first"
     assert main(["--iterations", "2", "--eval-every", "1", "--output-dir", str(first), *TINY_RUN]) == 0
@@ -85,6 +87,7 @@ def test_training_continues_from_a_checkpoint(tmp_path):
     assert (second / "checkpoints" / "iter_1" / "model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_too_few_informative_samples_are_held_or_dropped_and_held_ones_survive_a_resume(tmp_path):
     import torch
 
@@ -149,6 +152,7 @@ def test_backend_vllm_without_vllm_installed_is_one_line(capsys, monkeypatch, tm
     assert err.startswith("error: --backend vllm needs vLLM") and "\n" not in err
 
 
+@pytest.mark.slow
 def test_cli_exit_code_without_loading_a_model():
     proc = subprocess.run(
         [sys.executable, "-m", "algos.train", "--algo", "nope"], cwd=ROOT, capture_output=True, text=True

@@ -167,6 +167,7 @@ def test_check_gap_rejects_nan():
         check_gap({"sync/logprob_diff_max": float("nan")}, 1e-3, "warm-up")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", [[], ["--lora-rank", "4", "--lr", "3e-3", "--lora-save-merged"]], ids=["full", "lora"])
 def test_two_iteration_training_run_with_vllm(tmp_path, lora):
     """With LoRA the engine serves W + scale * B @ A computed at every sync: the check after each
@@ -193,6 +194,7 @@ def test_two_iteration_training_run_with_vllm(tmp_path, lora):
     assert gap["sync/logprob_diff_max"] < tolerance_for("float32")
 
 
+@pytest.mark.slow
 def test_two_ranks_each_with_its_own_vllm_engine(tmp_path):
     """torchrun with --parallel ddp: every rank's engine passes the sync check after every update,
     and the engines leave the process group cleanly (no traceback at exit)."""
