@@ -40,7 +40,10 @@ def test_time_variants_and_agreement(qwen_path):
     assert abs(a["loss_chunked"] - a["loss_plain"]) < 1e-6
     assert a["logp_max_abs_diff"] < 1e-5 and a["grad_max_rel_diff"] < 1e-4
     out = bench_vocab.print_time(t, 2048, 1)
-    assert all(math.isfinite(v) and v > 0 for v in out.values())
+    # ratios of times are positive; the head's share is 1 - body / replay, two separately timed runs,
+    # so on a loaded machine it can come out at or below 0: only finite is asserted for it
+    assert all(math.isfinite(v) for v in out.values())
+    assert all(v > 0 for k, v in out.items() if k != "head_share_of_replay4")
 
 
 @pytest.mark.slow
