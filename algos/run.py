@@ -220,7 +220,7 @@ class Run:
         if world.main:
             resolve_model(cfg.model)  # the tiny model is built once, by rank 0
         distributed.barrier(world)
-        self.ckpt, state = checkpoint.resume_point(resume, world, cfg.scaling.parallel)
+        self.ckpt, state = checkpoint.resume_point(resume, cfg, world)  # raises checkpoint.Finished: nothing to do
         self.loop = LoopState.from_dict(state["iteration"], state.get("loop", {}), world) if state else LoopState()
         built = replace(cfg, model=str(self.ckpt)) if self.ckpt else cfg
         self.model, self.tokenizer, self.agent = build(built, world, device)

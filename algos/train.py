@@ -16,7 +16,7 @@ Generation runs through the HF backend (the reference) or, with `--backend vllm`
 in-process vLLM engine that gets the new weights after every update and is checked against
 the trainer on a probe batch (algos/weight_sync.py).
 
-`--resume RUN_DIR` continues a run from its newest complete checkpoint, exactly (algos/
+`--resume RUN_DIR` continues a run from its newest intact checkpoint, exactly (algos/
 checkpoint.py). Every env call is guarded (a failure or a hang ends that episode, counted in
 rollout/env_errors; `--env-isolation` runs each env in its own process), and updates with a
 non-finite loss or gradient are skipped, weights untouched (`--max-bad-updates` in a row stop
@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from algos import distributed
+from algos.checkpoint import Finished, check_model
 from algos.config import Config, ConfigError, parse_config, validate
 from algos.run import NumericError, Run
 from algos.run_dir import RunDir
@@ -83,10 +84,15 @@ def main(argv: list[str] | None = None) -> int:
             argv = ["--config", str(resume / "config.yaml"), *argv[:i], *argv[i + 2 :], "--output-dir", str(resume)]
         cfg = parse_config(argv)
         validate(cfg)  # before anything heavy loads
+        if resume is None:
+            check_model(cfg.model)  # a --model folder's files are intact (cheap: no weights read)
         train(cfg, resume)  # may still find a mistake once the env is loaded (e.g. no expert)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Finished as e:  # --resume of a run that already ran all its iterations: nothing is touched
+        print(e, file=sys.stderr)
+        return 0
     except (SyncError, NumericError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
