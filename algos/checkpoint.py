@@ -232,12 +232,6 @@ def resume_point(run_dir: Path | None, cfg, world: World = SINGLE) -> tuple[Path
         ckpt = Path(run_dir) / "checkpoints" / picked["name"]
         state = torch.load(ckpt / TRAINER_STATE, weights_only=True)
     iteration = state["iteration"]
-    saved = state.get("world", {"size": 1, "parallel": "none"})
-    here = {"size": world.size, "parallel": cfg.scaling.parallel if world.enabled else "none"}
-    if iteration > 0 and saved != here:  # the optimizer state and the per-rank RNGs are laid out per rank
-        raise ConfigError(f"--resume {run_dir}: the run was saved by {saved['size']} process(es) ({saved['parallel']}); "
-                          f"resume it the same way (got {here['size']}, {here['parallel']}), or start a new run from "
-                          f"{ckpt} with --model")  # fmt: skip
     env_steps = state.get("loop", {}).get("env_steps", 0)
     if iteration >= cfg.iterations:
         raise Finished(f"{run_dir} is finished: its newest checkpoint is at iteration {iteration} of --iterations "
@@ -245,6 +239,12 @@ def resume_point(run_dir: Path | None, cfg, world: World = SINGLE) -> tuple[Path
     if iteration > 0 and cfg.max_env_steps and env_steps >= cfg.max_env_steps:
         raise Finished(f"{run_dir} is finished: it spent its budget of --max-env-steps {cfg.max_env_steps} "
                        f"({env_steps} env steps); nothing to do (a larger --max-env-steps trains on)")  # fmt: skip
+    saved = state.get("world", {"size": 1, "parallel": "none"})
+    here = {"size": world.size, "parallel": cfg.scaling.parallel if world.enabled else "none"}
+    if iteration > 0 and saved != here:  # the optimizer state and the per-rank RNGs are laid out per rank
+        raise ConfigError(f"--resume {run_dir}: the run was saved by {saved['size']} process(es) ({saved['parallel']}); "
+                          f"resume it the same way (got {here['size']}, {here['parallel']}), or start a new run from "
+                          f"{ckpt} with --model")  # fmt: skip
     if world.main:
         for stray in remove_partial(run_dir):
             print(f"removed an unfinished checkpoint write: {stray}", file=sys.stderr)
