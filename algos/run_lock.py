@@ -27,7 +27,7 @@ from pathlib import Path
 from algos.config import ConfigError
 
 LOCK = ".lock"
-RUN_FILES = ("config.yaml", "metrics.jsonl", "checkpoints", LOCK)  # what marks a folder as a run directory
+RUN_FILES = ("config.yaml", "metrics.jsonl", "checkpoints")  # what marks a folder as a run directory
 
 
 def _flock(fd: int, mode: int) -> bool | None:
@@ -72,7 +72,7 @@ def holder(run_dir: Path) -> dict | None:
     path = Path(run_dir) / LOCK
     try:
         fd = os.open(path, os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:  # no lock (or none this process may read: taking it will say so)
         return None
     try:
         record, got = _record(fd), _flock(fd, fcntl.LOCK_SH)
@@ -94,8 +94,8 @@ def _in_use(run_dir: Path, record: dict) -> ConfigError:
 
 def check_output_dir(output_dir: str, resume: bool, overwrite: bool) -> None:
     """Whether a run may write into --output-dir (empty: a new timestamped one). Raises ConfigError when
-    it is a file, not writable, held by a live run, or (a fresh run) already holds files and --overwrite
-    is not given, or --overwrite would empty a folder that is not a run directory."""
+    it is a file, not writable, or held by a live run, or, for a fresh run, when it holds files: a run
+    (without --overwrite) or anything else (--overwrite empties only a run directory)."""
     if not output_dir:
         return
     path = Path(output_dir).expanduser()
@@ -114,13 +114,15 @@ def check_output_dir(output_dir: str, resume: bool, overwrite: bool) -> None:
     entries = sorted(p.name for p in path.iterdir() if p.name != LOCK)  # a stale lock alone is taken over
     if not entries:
         return
-    shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+    run_files = [name for name in RUN_FILES if (path / name).exists()]
+    if not run_files:  # --overwrite empties only a run directory
+        shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+        raise ConfigError(f"--output-dir {output_dir} holds files but no run ({shown}); pick a new or empty "
+                          "--output-dir")  # fmt: skip
     if not overwrite:
-        raise ConfigError(f"--output-dir {output_dir} already holds a run ({shown}); continue it with --resume "
-                          f"{output_dir}, start over in it with --overwrite, or pick a new --output-dir")  # fmt: skip
-    if not any((path / name).exists() for name in RUN_FILES):
-        raise ConfigError(f"--overwrite empties only a run directory, and {output_dir} is not one ({shown}); "
-                          "pick a new --output-dir")  # fmt: skip
+        raise ConfigError(f"--output-dir {output_dir} already holds a run ({', '.join(run_files)}); continue "
+                          f"it with --resume {output_dir}, start over in it with --overwrite, or pick a new "
+                          "--output-dir")  # fmt: skip
 
 
 class RunLock:
@@ -140,7 +142,10 @@ class RunLock:
             raise ConfigError(f"--output-dir {run_dir}: cannot create it ({e.strerror})") from None
         path, host = run_dir / LOCK, socket.gethostname()
         for attempt in range(tries):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise ConfigError(f"--output-dir {run_dir} is not writable: {path} ({e.strerror})") from None
             got = _flock(fd, fcntl.LOCK_EX)
             if got and not _same_file(fd, path):  # its holder removed it on release meanwhile: open anew
                 os.close(fd)

@@ -78,7 +78,7 @@ def test_overwrite_empties_the_run_dir_first(finished, tmp_path, capsys):
     other.mkdir()
     (other / "thesis.tex").write_text("mine")
     assert train_main(["--iterations", "1", *TINY, "--overwrite", "--output-dir", str(other)]) == 2
-    assert "not one" in one_error(capsys.readouterr().err)  # --overwrite empties only a run directory
+    assert "holds files but no run" in one_error(capsys.readouterr().err)  # --overwrite empties only a run dir
     assert (other / "thesis.tex").read_text() == "mine"
 
 
