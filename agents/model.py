@@ -185,6 +185,51 @@ def is_model_dir(path) -> bool:
     return os.path.isfile(os.path.join(path, "config.json")) or is_adapter(str(path))
 
 
+def check_model_dir(path, trust_remote_code: bool = False) -> None:
+    """Raise ValueError (one line, naming the file) unless a saved model's files are intact: every
+    JSON file parses, the config is one transformers reads, and every safetensors file opens with a
+    header that covers the file (a truncated one fails) and holds the tensors its index names. Cheap:
+    no tensor data is read."""
+    import json
+
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    path = Path(path)
+    if not is_model_dir(path):
+        raise ValueError(f"{path} is not a saved model (no config.json or adapter_config.json)")
+    for f in sorted(path.glob("*.json")):
+        try:
+            json.loads(f.read_text())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"{f} is not valid JSON ({e})") from None
+    if not is_adapter(str(path)):
+        try:
+            AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        except (ValueError, OSError, KeyError) as e:
+            raise ValueError(f"{path / 'config.json'} is not a model config ({str(e).splitlines()[0]})") from None
+    files = sorted(path.glob("*.safetensors"))
+    if not files and not list(path.glob("*.bin")):
+        raise ValueError(f"{path} holds no weights (*.safetensors)")
+    index = path / "model.safetensors.index.json"
+    wanted: dict[str, set[str]] = {}
+    if index.is_file():
+        for key, name in json.loads(index.read_text()).get("weight_map", {}).items():
+            wanted.setdefault(name, set()).add(key)
+    missing = sorted(wanted.keys() - {f.name for f in files})
+    if missing:
+        raise ValueError(f"{path / missing[0]} is missing (named by {index.name})")
+    for f in files:
+        try:
+            with safe_open(str(f), "pt") as st:
+                keys = set(st.keys())
+        except Exception as e:  # SafetensorError: a truncated file's header no longer covers it
+            raise ValueError(f"{f} is damaged ({str(e).splitlines()[0]}; truncated?)") from None
+        if not keys or not wanted.get(f.name, set()) <= keys:
+            lacks = f"tensors named by {index.name} are missing" if keys else "no tensors"
+            raise ValueError(f"{f} is damaged ({lacks})")
+
+
 def adapter_base(path: str) -> str:
     """The base model an adapter checkpoint was trained on (recorded by peft)."""
     import json

@@ -1,6 +1,6 @@
 """Checkpoints that a run can resume from exactly: what is saved, and how it is put back.
 
-    python -m algos.train --resume runs/RUN        # continue from the newest complete checkpoint
+    python -m algos.train --resume runs/RUN        # continue from the newest intact checkpoint
 
 A checkpoint (`checkpoints/iter_N/`) holds the model in Hugging Face format (safetensors) and
 `trainer_state.pt` (read with `torch.load(weights_only=True)`):
@@ -15,7 +15,10 @@ A checkpoint (`checkpoints/iter_N/`) holds the model in Hugging Face format (saf
 
 RunDir writes each checkpoint into a temporary folder, fsyncs it and renames it into place,
 so a process killed mid-write leaves the previous checkpoints intact and at most a stray
-`.iter_N.tmp-*` folder, which resume removes. On resume, metrics.jsonl and transcripts.jsonl
+`.iter_N.tmp-*` folder, which resume removes. Resume checks the newest checkpoint before using
+it (`check`: trainer_state.pt loads, the safetensors files open and cover their length) and falls
+back to the newest intact one, saying which and why; a run whose newest checkpoint is at its last
+iteration is finished (`Finished`: nothing to do). On resume, metrics.jsonl and transcripts.jsonl
 are cut back to the checkpoint's iteration and TensorBoard purges later events, so every
 iteration appears once. With the HF backend on CPU the resumed iterations reproduce an
 uninterrupted run's metrics exactly; vLLM's sampler state lives in the engine and is not
@@ -35,7 +38,7 @@ import numpy as np
 import torch
 
 from agents.backend import Backend
-from agents.model import merged_state_dict
+from agents.model import check_model_dir, is_builtin, is_local_path, merged_state_dict
 from algos import distributed
 from algos.config import ConfigError, flat
 from algos.distributed import SINGLE, World
@@ -156,27 +159,95 @@ def rank_rng(state: dict, world: World) -> dict:
     return ranks[world.rank] if len(ranks) == world.size else state["rng"]
 
 
-def resume_point(run_dir: Path | None, world: World = SINGLE, parallel: str = "none") -> tuple[Path | None, dict | None]:
-    """The newest complete checkpoint of a run and its trainer state; partial writes are removed
-    (by rank 0; every rank reads the same checkpoint)."""
+class Finished(Exception):
+    """--resume of a run that has nothing left to do: its newest checkpoint is at its last iteration."""
+
+
+def check(path: Path, load_state: bool = True) -> dict | None:
+    """A model folder's trainer state (None if it has none) once its files check out: trainer_state.pt
+    loads with weights_only=True (`load_state=False`: memory-mapped, tensors unread) and the model's
+    files are intact (agents.model.check_model_dir). Raises ValueError (one line) naming what is damaged."""
+    path = Path(path)
+    state = None
+    if (path / TRAINER_STATE).is_file():
+        try:
+            state = torch.load(path / TRAINER_STATE, weights_only=True, mmap=not load_state)
+        except Exception as e:  # a truncated zip, a bad pickle: any failure means the file cannot be used
+            why = str(e).splitlines()[0].split(". ")[0] if str(e) else type(e).__name__  # torch's first sentence
+            raise ValueError(f"{path / TRAINER_STATE} does not load ({why})") from None
+        if not isinstance(state, dict) or "iteration" not in state:
+            raise ValueError(f"{path / TRAINER_STATE} is not a trainer state (no iteration)")
+    check_model_dir(path)
+    return state
+
+
+def check_model(model: str) -> None:
+    """--model, when it names a local folder: its files are intact (`check`, tensors unread). Raises ConfigError."""
+    if is_builtin(model) or not is_local_path(model):
+        return
+    try:
+        check(Path(model).expanduser(), load_state=False)
+    except ValueError as e:
+        raise ConfigError(f"--model {model}: {e}") from None
+
+
+def newest_intact(run_dir: Path) -> tuple[Path, dict]:
+    """The newest complete checkpoint that checks out, and its trainer state; says in one line which
+    newer ones were skipped and why. Raises ConfigError when none does."""
+    damaged = []
+    for _, ckpt in reversed(checkpoints(run_dir)):
+        try:
+            state = check(ckpt)
+        except ValueError as e:
+            damaged.append(f"{ckpt.name}: {e}")
+            continue
+        if damaged:
+            print(f"resuming from {ckpt.name}, the newest intact checkpoint; skipped {'; '.join(damaged)}",
+                  file=sys.stderr)  # fmt: skip
+        return ckpt, state
+    raise ConfigError(f"--resume {run_dir}: no intact checkpoint ({'; '.join(damaged)}); start it afresh with "
+                      "--overwrite, or pick a new --output-dir")  # fmt: skip
+
+
+def resume_point(run_dir: Path | None, cfg, world: World = SINGLE) -> tuple[Path | None, dict | None]:
+    """The newest intact checkpoint of a run and its trainer state (rank 0 checks them; every rank
+    reads the one it picked); partial writes are removed and the logs cut back to it. Raises Finished
+    when that checkpoint ends the run (--iterations reached, or the --max-env-steps budget spent)."""
     if run_dir is None:
         return None, None
-    if world.main:
-        for stray in remove_partial(run_dir):
-            print(f"removed an unfinished checkpoint write: {stray}", file=sys.stderr)
-    found = checkpoints(run_dir)
-    if not found:
+    if not checkpoints(run_dir):
         raise ConfigError(f"--resume {run_dir}: no complete checkpoint in {run_dir}/checkpoints "
                           "(runs save one after the warm-up and every --save-every N iterations)")  # fmt: skip
-    iteration, ckpt = found[-1]
-    state = torch.load(ckpt / TRAINER_STATE, weights_only=True)
+    picked = {}
+    if world.main:
+        try:
+            ckpt, state = newest_intact(run_dir)
+            picked = {"name": ckpt.name}
+        except ConfigError as e:
+            picked = {"error": str(e)}
+    picked = distributed.broadcast(picked, world)  # every rank stops, or resumes from the same one
+    if "error" in picked:
+        raise ConfigError(picked["error"])
+    if not world.main:
+        ckpt = Path(run_dir) / "checkpoints" / picked["name"]
+        state = torch.load(ckpt / TRAINER_STATE, weights_only=True)
+    iteration = state["iteration"]
+    env_steps = state.get("loop", {}).get("env_steps", 0)
+    if iteration >= cfg.iterations:
+        raise Finished(f"{run_dir} is finished: its newest checkpoint is at iteration {iteration} of --iterations "
+                       f"{cfg.iterations}; nothing to do (a larger --iterations trains on)")  # fmt: skip
+    if iteration > 0 and cfg.max_env_steps and env_steps >= cfg.max_env_steps:
+        raise Finished(f"{run_dir} is finished: it spent its budget of --max-env-steps {cfg.max_env_steps} "
+                       f"({env_steps} env steps); nothing to do (a larger --max-env-steps trains on)")  # fmt: skip
     saved = state.get("world", {"size": 1, "parallel": "none"})
-    here = {"size": world.size, "parallel": parallel if world.enabled else "none"}
+    here = {"size": world.size, "parallel": cfg.scaling.parallel if world.enabled else "none"}
     if iteration > 0 and saved != here:  # the optimizer state and the per-rank RNGs are laid out per rank
         raise ConfigError(f"--resume {run_dir}: the run was saved by {saved['size']} process(es) ({saved['parallel']}); "
                           f"resume it the same way (got {here['size']}, {here['parallel']}), or start a new run from "
                           f"{ckpt} with --model")  # fmt: skip
     if world.main:
+        for stray in remove_partial(run_dir):
+            print(f"removed an unfinished checkpoint write: {stray}", file=sys.stderr)
         truncate_logs(run_dir, iteration)
     distributed.barrier(world)
     return ckpt, state

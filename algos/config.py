@@ -243,6 +243,9 @@ class Config:
     """Seeds the model init, the env seed stream, sampling and mini-batch order."""
     output_dir: str = ""
     """Run directory; empty = runs/<env>-<algo>-s<seed>-<time>."""
+    overwrite: bool = False
+    """Start a fresh run in an --output-dir that already holds a run, emptying it first (without it, such a
+    directory is refused: continue it with --resume, or pick a new --output-dir)."""
     model: str = "tiny"
     """`tiny` (built locally, cached), `tiny-qwen2.5` (Qwen2.5-shaped: the real 151,936-row vocabulary, tied
     embeddings, Qwen's chat template; random weights, built offline), a local folder, or a Hugging Face hub id."""

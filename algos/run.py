@@ -1,8 +1,9 @@
 """One training run's parts, wired once, and the phases the loop of algos/train.py calls.
 
-`Run(cfg, resume)` builds everything a run holds: the torchrun world, the run directory, the
-policy and its sampling agent, the learner, the collector, the data layer, the reward layer and
-the scorer audit, and puts back a checkpoint's state when resuming. Its methods are the phases
+`Run(cfg, resume)` builds everything a run holds: the torchrun world, the run directory (locked
+for one writer, algos/run_lock.py, until `with Run(...)` ends), the policy and its sampling agent,
+the learner, the collector, the data layer, the reward layer and the scorer audit, and puts back
+a checkpoint's state when resuming. Its methods are the phases
 of an iteration, one call each, in the order the loop calls them:
 
     rollout     collect groups (dynamic sampling may add some), rewards composed   -> Batch
@@ -53,6 +54,7 @@ from algos.evaluation import held_out_seeds, play, summarize
 from algos.learner import Learner, Sample
 from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
 from algos.run_dir import TRAINER_STATE, RunDir
+from algos.run_lock import RunLock, check_output_dir
 from algos.scoring import audit_hook, rescore, reward_layer
 from algos.sft import has_expert, warm_up_from_config
 from algos.weight_sync import probe_prompts, sync_backend
@@ -217,14 +219,55 @@ class Run:
     """A run's parts (see the module docstring); `cfg` is resolved (see `resolve`)."""
 
     def __init__(self, cfg: Config, resume: Path | None = None) -> None:
-        self.world, self.device = world, device = distributed.init(cfg.device)  # one process unless torchrun
+        self.world, self.device = distributed.init(cfg.device)  # one process unless torchrun
+        world = self.world
         if not world.main:
             distributed.quiet_progress()  # one set of progress bars: rank 0's
-        self.cfg = cfg = resolve(cfg, world)
+        self.cfg = resolve(cfg, world)
+        self.lock = self._claim(resume)  # one writer per run directory, before anything there is read or written
+        try:
+            self._open(resume)
+        except BaseException:
+            self.release()
+            raise
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def _claim(self, resume: Path | None) -> RunLock | None:
+        """Rank 0 locks the run directory (and, for a fresh run with --overwrite, empties it); every rank
+        stops with its error when it cannot."""
+        cfg, lock, error = self.cfg, None, None
+        if self.world.main:
+            try:
+                check_output_dir(cfg.output_dir, resume is not None, cfg.overwrite)
+                lock = RunLock.take(cfg.output_dir)
+                if cfg.overwrite and resume is None and (removed := lock.empty()):
+                    self.say(f"--overwrite: emptied {cfg.output_dir} ({removed} entries) for this run")
+            except ConfigError as e:
+                error = str(e)
+                if lock is not None:
+                    lock.release()
+        error = distributed.broadcast(error, self.world)
+        if error:
+            raise ConfigError(error)
+        return lock
+
+    def release(self) -> None:
+        """Unlock the run directory: at the end, or on an error (a kill -9 leaves a stale lock, which the next
+        run takes over)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def _open(self, resume: Path | None) -> None:
+        cfg, world, device = self.cfg, self.world, self.device
         if world.main:
             resolve_model(cfg.model)  # the tiny model is built once, by rank 0
         distributed.barrier(world)
-        self.ckpt, state = checkpoint.resume_point(resume, world, cfg.scaling.parallel)
+        self.ckpt, state = checkpoint.resume_point(resume, cfg, world)  # raises checkpoint.Finished: nothing to do
         self.loop = LoopState.from_dict(state["iteration"], state.get("loop", {}), world) if state else LoopState()
         built = replace(cfg, model=str(self.ckpt)) if self.ckpt else cfg
         self.model, self.tokenizer, self.agent = build(built, world, device)

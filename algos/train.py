@@ -16,11 +16,12 @@ Generation runs through the HF backend (the reference) or, with `--backend vllm`
 in-process vLLM engine that gets the new weights after every update and is checked against
 the trainer on a probe batch (algos/weight_sync.py).
 
-`--resume RUN_DIR` continues a run from its newest complete checkpoint, exactly (algos/
-checkpoint.py). Every env call is guarded (a failure or a hang ends that episode, counted in
-rollout/env_errors; `--env-isolation` runs each env in its own process), and updates with a
-non-finite loss or gradient are skipped, weights untouched (`--max-bad-updates` in a row stop
-the run).
+`--resume RUN_DIR` continues a run from its newest intact checkpoint, exactly (algos/
+checkpoint.py). A run directory belongs to one run: it is locked while a run writes to it, and a
+fresh run refuses one that already holds a run unless `--overwrite` (algos/run_lock.py). Every
+env call is guarded (a failure or a hang ends that episode, counted in rollout/env_errors;
+`--env-isolation` runs each env in its own process), and updates with a non-finite loss or
+gradient are skipped, weights untouched (`--max-bad-updates` in a row stop the run).
 
 `torchrun --nproc_per_node N -m algos.train ...` runs the same loop on N ranks: each collects
 its share of the groups, the trajectories are gathered, each trains on its own groups with
@@ -36,31 +37,33 @@ import time
 from pathlib import Path
 
 from algos import distributed
+from algos.checkpoint import Finished, check_model
 from algos.config import Config, ConfigError, parse_config, validate
 from algos.run import NumericError, RewardError, Run
 from algos.run_dir import RunDir
+from algos.run_lock import check_output_dir
 from algos.weight_sync import SyncError
 
 
 def train(cfg: Config, resume: Path | None = None) -> RunDir:
     """One run; `resume`: a run directory to continue from its newest complete checkpoint."""
-    run = Run(cfg, resume)  # the parts of a run (algos/run.py), a checkpoint's state put back
-    run.warm_up()  # SFT on expert actions and the held-out baseline (a fresh run), then the RL parts
-    for it in run.iterations():
-        started = time.perf_counter()
-        batch = run.rollout()  # num_groups x group_size episodes, rewards composed, dynamic sampling
-        adv, adv_stats = run.advantages(batch)  # GRPO / GiGPO / RLOO, one per step row
-        update_stats = run.update(it, batch, adv)  # PPO-clip, or the samples held for later
-        if not update_stats["train/update_skipped"]:
-            run.sync(it, batch)  # the generation engine gets the new weights
-        run.log(it, batch, adv, {**adv_stats, **update_stats}, started)
-        if run.budget_spent():  # --max-env-steps
-            break
-        if run.due(run.cfg.log.eval_every, it) and run.cfg.log.eval_episodes:
-            run.evaluate(it)
-        if run.due(run.cfg.log.save_every, it):
-            run.save(it)
-    return run.finish()  # the final evaluation and checkpoint
+    with Run(cfg, resume) as run:  # the parts of a run (algos/run.py); its directory stays locked until the end
+        run.warm_up()  # SFT on expert actions and the held-out baseline (a fresh run), then the RL parts
+        for it in run.iterations():
+            started = time.perf_counter()
+            batch = run.rollout()  # num_groups x group_size episodes, rewards composed, dynamic sampling
+            adv, adv_stats = run.advantages(batch)  # GRPO / GiGPO / RLOO, one per step row
+            update_stats = run.update(it, batch, adv)  # PPO-clip, or the samples held for later
+            if not update_stats["train/update_skipped"]:
+                run.sync(it, batch)  # the generation engine gets the new weights
+            run.log(it, batch, adv, {**adv_stats, **update_stats}, started)
+            if run.budget_spent():  # --max-env-steps
+                break
+            if run.due(run.cfg.log.eval_every, it) and run.cfg.log.eval_episodes:
+                run.evaluate(it)
+            if run.due(run.cfg.log.save_every, it):
+                run.save(it)
+        return run.finish()  # the final evaluation and checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,14 +82,23 @@ def main(argv: list[str] | None = None) -> int:
             i = argv.index("--resume")
             if i + 1 >= len(argv) or not (Path(argv[i + 1]) / "config.yaml").is_file():
                 raise ConfigError("--resume needs a run directory with a config.yaml (the --output-dir of a run)")
+            if "--overwrite" in argv:
+                raise ConfigError("--overwrite starts a new run and --resume continues one: pass one of them")
             resume = Path(argv[i + 1])
-            argv = ["--config", str(resume / "config.yaml"), *argv[:i], *argv[i + 2 :], "--output-dir", str(resume)]
+            argv = ["--config", str(resume / "config.yaml"), *argv[:i], *argv[i + 2 :], "--output-dir", str(resume),
+                    "--no-overwrite"]  # fmt: skip
         cfg = parse_config(argv)
+        check_output_dir(cfg.output_dir, resume is not None, cfg.overwrite)  # a file, in use, or holding a run
         validate(cfg)  # before anything heavy loads
+        if resume is None:
+            check_model(cfg.model)  # a --model folder's files are intact (cheap: no weights read)
         train(cfg, resume)  # may still find a mistake once the env is loaded (e.g. no expert)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Finished as e:  # --resume of a run that already ran all its iterations: nothing is touched
+        print(e, file=sys.stderr)
+        return 0
     except (SyncError, NumericError, RewardError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [sys.executable, "-m", "algos.train", "--env", a.env, "--model", str(ckpt), "--sft-steps", "0",
                    "--seed", str(a.seed), "--iterations", "1000", "--max-env-steps", str(a.max_env_steps),
                    "--task-pool", str(a.task_pool), "--eval-episodes", str(a.eval_episodes), "--eval-every", "0",
-                   "--device", "cpu", "--output-dir", str(run), *VARIANTS[name]]  # fmt: skip
+                   "--device", "cpu", "--output-dir", str(run), "--overwrite", *VARIANTS[name]]  # fmt: skip
             print(f"[{name}] {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
             subprocess.run(cmd, check=True)
         results[name] = summarize(run)

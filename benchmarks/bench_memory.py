@@ -83,7 +83,7 @@ def run(model: str, variant: str, iterations: int, out: Path, device: str) -> li
     run_dir = out / f"{Path(model).name}-{variant}"
     if not (run_dir / "memory.json").exists():
         train = ["-m", "algos.train", "--model", model, "--device", device, "--iterations", str(iterations),
-                 "--output-dir", str(run_dir), *RUN, *flags]  # fmt: skip
+                 "--output-dir", str(run_dir), "--overwrite", *RUN, *flags]  # fmt: skip
         cmd = [sys.executable, *train]
         if procs > 1:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs), *train]

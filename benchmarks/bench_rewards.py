@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             if not (run / "metrics.jsonl").exists() or args.iterations not in curve(run):
                 cmd = [sys.executable, "-m", "algos.train", "--config", "configs/arithmetic.yaml", "--env", args.env,
                        "--iterations", str(args.iterations), "--eval-every", str(args.eval_every),
-                       "--seed", str(seed), "--output-dir", str(run), *VARIANTS[name]]  # fmt: skip
+                       "--seed", str(seed), "--output-dir", str(run), "--overwrite", *VARIANTS[name]]  # fmt: skip
                 print("$", " ".join(cmd[1:]), file=sys.stderr)
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for it, success in curve(run).items():

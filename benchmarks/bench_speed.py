@@ -148,7 +148,8 @@ def hardware(iterations: int, out: Path, model: str | None, flags: list[str] | N
     from algos.run_dir import read_metrics
     from algos.train import train
 
-    base = ["--iterations", str(iterations), "--eval-episodes", "0", "--output-dir", str(out / "hardware-run")]
+    base = ["--iterations", str(iterations), "--eval-episodes", "0", "--output-dir", str(out / "hardware-run"),
+            "--overwrite"]  # fmt: skip
     cfg = parse_config([*base, *(["--model", model] if model else []), *(flags or [])])
     validate(cfg)
     with recording() as calls:

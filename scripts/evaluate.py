@@ -67,6 +67,7 @@ def load_run_config(checkpoint: str):
 def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     """(report, episodes by policy)."""
     from agents.model import is_model_dir, model_missing
+    from algos.checkpoint import check
     from algos.config import ConfigError, env_kwargs, from_flat, key_value_pairs, validate
     from algos.evaluation import ScriptedAgent, held_out_seeds, play, summarize
     from algos.run import build
@@ -79,6 +80,10 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     if not is_model_dir(path):
         raise ConfigError(f"checkpoint {args.checkpoint!r} not found (expected a folder with config.json or a "
                           "LoRA adapter, e.g. runs/RUN/checkpoints/iter_N)")  # fmt: skip
+    try:
+        check(path, load_state=False)  # a truncated or torn copy: one line, not a traceback from the loaders
+    except ValueError as e:
+        raise ConfigError(f"checkpoint {args.checkpoint}: {e}") from None
     cfg, from_trainer = load_run_config(str(path))
     base_model = args.base_model or cfg.model
     options = dict(model=str(path), output_dir="", sft_steps=0, seed=args.seed, device=args.device or cfg.device,

@@ -153,6 +153,9 @@ def test_torchrun_fsdp_end_to_end(tmp_path, tiny_path):
         return [{k: v for k, v in r.items() if not k.startswith(("time/", "memory/"))} for r in rows]
 
     assert metrics(crashed) == metrics(out)  # every rank's RNGs, the sharded optimizer state, the sampler
+    proc = torchrun(["-m", "algos.train", "--resume", str(crashed)])  # finished: every rank stops, nothing written
+    assert proc.returncode == 0 and "is finished" in proc.stderr and "took over" not in proc.stderr, proc.stderr[-3000:]
+    assert metrics(crashed) == metrics(out) and not (crashed / ".lock").exists()
     # one process cannot resume a 2-rank run exactly: one line, exit 2
     assert main(["--resume", str(out), "--iterations", "3"]) == 2
 
