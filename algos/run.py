@@ -3,8 +3,8 @@
 `Run(cfg, resume)` builds everything a run holds: the torchrun world, the run directory (locked
 for one writer, algos/run_lock.py, until `with Run(...)` ends), the policy and its sampling agent,
 the learner, the collector, the data layer, the reward layer and the scorer audit, and puts back
-a checkpoint's state when resuming. Its methods are the phases
-of an iteration, one call each, in the order the loop calls them:
+a checkpoint's state when resuming. Its methods are the phases of an iteration, one call each,
+in the order the loop calls them:
 
     rollout     collect groups (dynamic sampling may add some), rewards composed   -> Batch
     advantages  one advantage per step row of the kept groups (GRPO / GiGPO / RLOO)

@@ -46,7 +46,7 @@ from algos.weight_sync import SyncError
 
 
 def train(cfg: Config, resume: Path | None = None) -> RunDir:
-    """One run; `resume`: a run directory to continue from its newest complete checkpoint."""
+    """One run; `resume`: a run directory to continue from its newest intact checkpoint."""
     with Run(cfg, resume) as run:  # the parts of a run (algos/run.py); its directory stays locked until the end
         run.warm_up()  # SFT on expert actions and the held-out baseline (a fresh run), then the RL parts
         for it in run.iterations():
