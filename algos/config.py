@@ -556,13 +556,10 @@ def validate(cfg: Config) -> None:
     try:
         cfg.check()
         for name in SECTIONS:
-            section = getattr(cfg, name)
-            if name == "engine":
-                section.check(on_gpu)
-            elif name == "advantages":
-                section.check(cfg.algo)
-            else:
-                section.check()
+            if name == "advantages":
+                cfg.advantages.check(cfg.algo)
+            elif name != "engine":  # after the torchrun checks, whose messages say more
+                getattr(cfg, name).check()
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if cfg.device.startswith("cuda"):
@@ -571,6 +568,10 @@ def validate(cfg: Config) -> None:
     elif cfg.device not in ("auto", "cpu"):
         raise ConfigError(f"unknown device {cfg.device!r}; use auto, cpu or cuda[:N]")
     check_world(cfg)
+    try:
+        cfg.engine.check(on_gpu)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     check_engine(cfg)
     path = os.path.expanduser(cfg.model)
     if model_missing(cfg.model):
