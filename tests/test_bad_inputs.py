@@ -126,6 +126,7 @@ def stderr_lines(err: str) -> list[str]:
     return [rest for line in err.splitlines() if (rest := BAR.sub("", line)).strip()]
 
 
+@pytest.mark.slow  # a training process per row
 @pytest.mark.parametrize("case, flags, code, needle", CASES, ids=[c[0] for c in CASES])
 def test_a_bad_input_is_one_line(case, flags, code, needle, tmp_path, tiny_path):
     result = train(tmp_path, flags)

@@ -60,6 +60,7 @@ def copy(run: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(run, tmp_path / run.name))
 
 
+@pytest.mark.slow  # a training run
 def test_a_fresh_run_refuses_a_used_output_dir_and_leaves_it_untouched(finished, capsys):
     before = snapshot(finished)
     assert train_main(["--iterations", "1", *TINY, "--output-dir", str(finished)]) == 2
@@ -68,6 +69,7 @@ def test_a_fresh_run_refuses_a_used_output_dir_and_leaves_it_untouched(finished,
     assert snapshot(finished) == before
 
 
+@pytest.mark.slow  # a training run
 def test_overwrite_empties_the_run_dir_first(finished, tmp_path, capsys):
     run = copy(finished, tmp_path)
     assert train_main(["--iterations", "1", *TINY, "--sft-steps", "0", "--overwrite", "--output-dir", str(run)]) == 0
@@ -91,6 +93,7 @@ def test_an_output_dir_that_is_a_file_is_one_line(tmp_path, capsys):
     assert path.read_text() == "not a directory"
 
 
+@pytest.mark.slow  # a training run
 def test_resuming_a_finished_run_does_nothing_unless_iterations_extends_it(finished, tmp_path, capsys):
     run = copy(finished, tmp_path)
     before = snapshot(run)
@@ -103,6 +106,7 @@ def test_resuming_a_finished_run_does_nothing_unless_iterations_extends_it(finis
     assert iterations(run) == [0, 1, 2, 3]
 
 
+@pytest.mark.slow  # a training run
 def test_a_stale_lock_is_taken_over_with_a_note(finished, tmp_path, capsys):
     run = copy(finished, tmp_path)
     (run / LOCK).write_text(json.dumps({"pid": DEAD_PID, "host": socket.gethostname()}))
@@ -124,6 +128,7 @@ def test_a_held_lock_refuses_a_second_taker_naming_its_holder(tmp_path, capfd):
     assert "took over" not in capfd.readouterr().err  # a released lock leaves nothing stale behind
 
 
+@pytest.mark.slow  # a training run
 def test_a_second_writer_refuses_while_the_first_runs_and_the_first_finishes(tmp_path):
     """The fault test: `--resume` on a run that is alive refuses (its lock), and the run is not disturbed."""
     run, log = tmp_path / "live", open(tmp_path / "first.log", "w")  # noqa: SIM115 (closed below)
@@ -146,6 +151,7 @@ def test_a_second_writer_refuses_while_the_first_runs_and_the_first_finishes(tmp
     assert not (run / LOCK).exists()
 
 
+@pytest.mark.slow  # a training run
 @pytest.mark.parametrize("damaged", ["trainer_state.pt", "model.safetensors"])
 def test_a_damaged_newest_checkpoint_falls_back_to_the_newest_intact_one(finished, tmp_path, capsys, damaged):
     run = copy(finished, tmp_path)
@@ -160,6 +166,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_newest_intact_one(finishe
     check(run / "checkpoints" / "iter_2")  # written afresh
 
 
+@pytest.mark.slow  # a training run
 def test_no_intact_checkpoint_is_one_line(finished, tmp_path, capsys):
     run = copy(finished, tmp_path)
     for state in (run / "checkpoints").glob("iter_*/trainer_state.pt"):
@@ -170,6 +177,7 @@ def test_no_intact_checkpoint_is_one_line(finished, tmp_path, capsys):
     assert snapshot(run) == before
 
 
+@pytest.mark.slow  # a training run
 @pytest.mark.parametrize("damage", ["config.json", "model.safetensors", "trainer_state.pt"])
 def test_a_damaged_model_folder_is_one_line(finished, tmp_path, capsys, damage):
     model = Path(shutil.copytree(finished / "checkpoints" / "iter_2", tmp_path / "model"))
