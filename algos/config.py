@@ -485,11 +485,11 @@ def check_env_id(env_id: str) -> None:
         raise ConfigError(f"unknown env id {name!r}{hint} (python -m envs lists them)")
 
 
-def check_env_make(cfg: Config) -> None:
+def check_env_make(cfg: Config) -> dict:
     """Make the env once and reset it with the run's seed: wrong knobs (a level out of range, an empty
     games_dir, a typo in a keyword) and a reset that breaks the env contract (raises, or returns no
     (str observation, dict info) pair) fail here, in one line, before the model loads or the run
-    directory is written; games get generated now."""
+    directory is written; games get generated now. Returns the reset's info."""
     import gymnasium as gym
 
     kwargs = env_kwargs(cfg)
@@ -511,6 +511,7 @@ def check_env_make(cfg: Config) -> None:
     if problem:
         raise ConfigError(f"{name}: reset(seed={cfg.seed}) {problem}; a text env's reset returns "
                           "(observation: str, info: dict) (docs/custom_envs.md)")  # fmt: skip
+    return result[1]
 
 
 def reset_problem(result: object) -> str | None:
@@ -579,8 +580,7 @@ def validate(cfg: Config) -> None:
     if is_adapter(path) and model_missing(adapter_base(path)):
         raise ConfigError(f"{cfg.model} is a LoRA adapter whose base model {adapter_base(path)!r} is not here")
     check_env_id(cfg.env)
-    check_env_make(cfg)
-    check_reward(cfg)
+    check_reward(cfg, check_env_make(cfg))
 
 
 def check_engine(cfg: Config) -> None:
@@ -615,12 +615,10 @@ def check_world(cfg: Config) -> None:
                           "some ranks would collect nothing; raise --num-groups")  # fmt: skip
 
 
-def check_reward(cfg: Config) -> None:
+def check_reward(cfg: Config, info: dict) -> None:
     """The reward sources against the env: rubric files, judge settings and custom sources built or read
     (the judge's model loads with the run); a source that compares with info["answer"] needs an env that
-    gives one. Raises ConfigError."""
-    import gymnasium as gym
-
+    gives one (`info`: the env's reset info at the run's seed, check_env_make's). Raises ConfigError."""
     from envs import env_metadata
     from rewards.layer import NEEDS_ANSWER, build_scorer, judge_options, parse_spec
 
@@ -635,10 +633,7 @@ def check_reward(cfg: Config) -> None:
     except (ValueError, OSError) as e:  # RubricError and re.error are ValueErrors
         raise ConfigError(str(e).replace("\n", " ")) from None
     uses_answer = any(n in NEEDS_ANSWER or n == "judge" for n in names)
-    if uses_answer or ("regex" in names and "{answer}" in cfg.rewards.reward_regex):
-        env = gym.make(cfg.env, **env_kwargs(cfg))
-        _, info = env.reset(seed=cfg.seed)
-        env.close()
-        if info.get("answer") is None:
-            raise ConfigError(f"--reward {cfg.rewards.reward} compares answers with info['answer'], which {cfg.env} "
-                              "does not give; use a single-turn env (Arithmetic-v0) or --reward env")  # fmt: skip
+    needs_answer = uses_answer or ("regex" in names and "{answer}" in cfg.rewards.reward_regex)
+    if needs_answer and info.get("answer") is None:
+        raise ConfigError(f"--reward {cfg.rewards.reward} compares answers with info['answer'], which {cfg.env} "
+                          "does not give; use a single-turn env (Arithmetic-v0) or --reward env")  # fmt: skip
