@@ -10,43 +10,15 @@ model, so finished envs cost nothing.
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Callable
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-
-import gymnasium as gym
 
 import envs  # noqa: F401  (registers the built-in ids)
 from agents.agent import LLMAgent, View
 from agents.parser import OK
 from agents.stopwatch import Stopwatch
 from envs.base import note_once
-
-
-class StepTimeout(Exception):
-    """An env call did not return within the step timeout."""
-
-
-@contextmanager
-def deadline(seconds: float):
-    """Raise StepTimeout in the main thread if the block runs longer than `seconds` (SIGALRM).
-    A no-op at 0, off the main thread, or where the platform has no interval timer."""
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def expire(signum, frame):
-        raise StepTimeout(f"no answer within {seconds:g} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+from envs.workers import WorkerConfig, make_pool
 
 
 @dataclass(frozen=True)
@@ -90,59 +62,53 @@ class Trajectory:
 
 
 class Collector:
-    """Steps many envs in lockstep. Every env call is guarded: an exception, or no answer within
-    `step_timeout` seconds, ends that episode as truncated with `env_error` set (counted in
-    rollout/env_errors), and the env is closed and made afresh; the other envs go on."""
+    """Steps many envs in lockstep, in this process or spread over env workers (envs/workers.py).
+    Every env call is guarded: an exception, or no answer within the step timeout, ends that episode
+    as truncated with `env_error` set (counted in rollout/env_errors), and the env is made afresh;
+    the other envs go on."""
 
-    def __init__(self, env_id: str, num_groups: int, group_size: int, env_kwargs=None, step_timeout: float = 0.0,
-                 isolate: bool = False) -> None:  # fmt: skip
+    def __init__(self, env_id: str, num_groups: int, group_size: int, env_kwargs=None,
+                 workers: WorkerConfig | None = None) -> None:  # fmt: skip
         self.env_id, self.num_groups, self.group_size = env_id, num_groups, group_size
-        self.env_kwargs, self.step_timeout, self.isolate = dict(env_kwargs or {}), step_timeout, isolate
-        self.envs = [self._make() for _ in range(num_groups * group_size)]
-
-    def _make(self) -> gym.Env:
-        """In this process, or (isolate) in a child process that a hang or a crash cannot take down."""
-        if self.isolate:
-            from envs.isolated import IsolatedEnv
-
-            return IsolatedEnv(self.env_id, self.env_kwargs, self.step_timeout)
-        return gym.make(self.env_id, **self.env_kwargs)
-
-    @property
-    def _timer(self) -> float:
-        return 0.0 if self.isolate else self.step_timeout  # an isolated env keeps its own time
+        self.pool = make_pool(env_id, num_groups * group_size, env_kwargs, workers)
+        self.num_envs = self.pool.n
 
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
+        self.pool.close()
 
-    def _remake(self, i: int) -> None:
-        with suppress(Exception):  # a broken env may fail to close too; it is dropped either way
-            self.envs[i].close()
-        self.envs[i] = self._make()
+    def reset_envs(self, ids: list[int], seeds: list[int]) -> list[tuple[str, dict]]:
+        """Env ids[k] reset with seeds[k], in one round; a failed reset is retried once on a fresh env, and
+        an env that cannot even reset stops the run."""
+        out = self.pool.run([(i, "reset", {"seed": seed}) for i, seed in zip(ids, seeds)])
+        failed = [k for k, (status, _) in enumerate(out) if status != "ok"]
+        if failed:
+            note_once(f"{self.env_id}: reset failed ({out[failed[0]][1]}); the env was made afresh")
+            for k, again in zip(failed, self.pool.run([(ids[k], "reset", {"seed": seeds[k]}) for k in failed])):
+                if again[0] != "ok":
+                    raise RuntimeError(f"{self.env_id}: reset(seed={seeds[k]}) failed twice: {again[1]}")
+                out[k] = again
+        return [value for _, value in out]
 
-    def reset_env(self, i: int, seed: int):
-        """reset, with one retry on a fresh env; an env that cannot even reset stops the run."""
-        for attempt in (1, 2):
-            try:
-                with deadline(self._timer):
-                    return self.envs[i].reset(seed=seed)
-            except Exception as e:
-                if attempt == 2:
-                    raise RuntimeError(f"{self.env_id}: reset(seed={seed}) failed twice: {type(e).__name__}: {e}") from e
-                note_once(f"{self.env_id}: reset failed ({type(e).__name__}: {e}); the env was made afresh")
-                self._remake(i)
-
-    def step_env(self, i: int, action: str, obs: str, info: dict):
-        """env.step, contained: a failure is a truncated step with info["error"]; the env is remade."""
-        try:
-            with deadline(self._timer):
-                return self.envs[i].step(action)
-        except Exception as e:
-            error = f"{type(e).__name__}: {e}".replace("\n", " ")[:300]
+    def step_envs(self, ids: list[int], actions: list[str], obs: list[str], infos: list[dict]) -> list[tuple]:
+        """env.step for each env of `ids` in one round, contained: a failure is a truncated step that keeps
+        the observation, with info["error"]; that env is made afresh on its next call."""
+        out = []
+        for (status, value), o, info in zip(self.pool.run(list(zip(ids, ["step"] * len(ids), actions))), obs, infos):
+            if status == "ok":
+                out.append(value)
+                continue
+            error = str(value).replace("\n", " ")[:300]
             note_once(f"{self.env_id}: env errors are contained (first: {error}); see rollout/env_errors")
-            self._remake(i)
-            return obs, 0.0, False, True, {**info, "error": error, "won": False, "action_valid": False}
+            out.append((o, 0.0, False, True, {**info, "error": error, "won": False, "action_valid": False}))
+        return out
+
+    def reset_env(self, i: int, seed: int) -> tuple[str, dict]:
+        """One env's reset (the warm-up's expert episodes); see reset_envs."""
+        return self.reset_envs([i], [seed])[0]
+
+    def step_env(self, i: int, action: str, obs: str, info: dict) -> tuple:
+        """One env's step; see step_envs."""
+        return self.step_envs([i], [action], [obs], [info])[0]
 
     def collect(
         self,
@@ -157,8 +123,8 @@ class Collector:
         `group_sizes[g]` rollouts (default `group_size`) and id `first_group_id + g`.
         `on_done(n)` is told whenever n more episodes finished (progress bars)."""
         sizes = group_sizes if group_sizes is not None else [self.group_size] * len(seeds)
-        if len(sizes) != len(seeds) or sum(sizes) > len(self.envs) or min(sizes, default=1) < 1:
-            raise ValueError(f"{len(seeds)} seeds with group sizes {sizes} do not fit in {len(self.envs)} envs")
+        if len(sizes) != len(seeds) or sum(sizes) > self.num_envs or min(sizes, default=1) < 1:
+            raise ValueError(f"{len(seeds)} seeds with group sizes {sizes} do not fit in {self.num_envs} envs")
         group = [g for g, size in enumerate(sizes) for _ in range(size)]
         n = len(group)
         if n == 0:
@@ -166,7 +132,7 @@ class Collector:
         # env time goes beside the agent's prompt / generate / parse time (scripted agents have no clock)
         clock = getattr(agent, "stopwatch", None) or Stopwatch()
         with clock.section("env"):
-            obs, infos = zip(*(self.reset_env(i, seeds[group[i]]) for i in range(n)))
+            obs, infos = zip(*self.reset_envs(list(range(n)), [seeds[group[i]] for i in range(n)]))
         obs, infos = list(obs), list(infos)
         if "state_key" not in infos[0]:
             note_once(f"{self.env_id} gives no info['state_key']: GiGPO anchor states fall back to the observation text")
@@ -176,11 +142,11 @@ class Collector:
         while active:
             views = [self._view(infos[i], history[i], obs[i]) for i in active]
             acts = agent.act(views)
+            sent = [act.command or act.text.strip() for act in acts]
+            with clock.section("env"):  # one round: every running env steps (in parallel with env workers)
+                results = self.step_envs(active, sent, [obs[i] for i in active], [infos[i] for i in active])
             still = []
-            for i, act in zip(active, acts):
-                sent = act.command or act.text.strip()
-                with clock.section("env"):
-                    nxt, reward, term, trunc, info = self.step_env(i, sent, obs[i], infos[i])
+            for i, act, action, (nxt, reward, term, trunc, info) in zip(active, acts, sent, results):
                 rows[i].append(
                     dict(
                         state_key=str(infos[i].get("state_key", obs[i])),
@@ -189,7 +155,7 @@ class Collector:
                         response_ids=act.response_ids,
                         rollout_logprobs=act.logprobs,
                         response=act.text,
-                        action=sent,
+                        action=action,
                         parse_status=act.status,
                         action_valid=act.status == OK and bool(info.get("action_valid", True)),
                         reward=float(reward),
@@ -200,7 +166,7 @@ class Collector:
                         task_type=str(infos[i].get("task_type", "")),
                     )
                 )
-                history[i].append((obs[i], sent))
+                history[i].append((obs[i], action))
                 obs[i], infos[i] = nxt, info
                 if not (term or trunc):
                     still.append(i)

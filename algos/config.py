@@ -15,6 +15,7 @@
     scaling     here                  ScaleConfig      torchrun, LoRA, memory
     sft         here                  WarmupConfig     the SFT warm-up (algos/sft.py)
     log         here                  LogConfig        evaluation, transcripts, checkpoints
+    workers     envs/workers.py       WorkerConfig     where envs run (env workers, Ray) and their timeout
 
 Users see one flat namespace: every option has one name, the same as a flag (`--lr`), a YAML
 key (`lr: 1e-4`) and a line of a run's config.yaml; `flat` and `from_flat` translate. Precedence:
@@ -48,6 +49,7 @@ import yaml
 from agents.generation import EngineConfig, SamplingConfig, at_least, choose
 from algos.advantages import ALGOS, AdvantageConfig
 from algos.data import DataConfig
+from envs.workers import WorkerConfig
 from rewards.layer import RewardConfig
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
@@ -255,12 +257,6 @@ class Config:
     """float32, bfloat16 or float16 for the policy weights."""
     trust_remote_code: bool = False
     """Allow model repos to run their own Python code (only for sources you trust)."""
-    env_step_timeout: float = 60.0
-    """Seconds an env call may take; a slower one (or one that raises) ends its episode as truncated,
-    counted in rollout/env_errors, and the env is made afresh (0 = no limit)."""
-    env_isolation: bool = False
-    """Run every env in a process of its own: a hang in native code or a crash costs one episode, not the
-    run (one process per env; for game interpreters such as TextWorld's)."""
     max_env_steps: int = 0
     """Stop once this many env steps were collected (0 = run all iterations): equal budgets across runs."""
     # -- sections, each defined beside its user --------------------------------------
@@ -273,17 +269,17 @@ class Config:
     scaling: Section[ScaleConfig] = _section(ScaleConfig)
     sft: Section[WarmupConfig] = _section(WarmupConfig)
     log: Section[LogConfig] = _section(LogConfig)
+    workers: Section[WorkerConfig] = _section(WorkerConfig)
 
     def check(self) -> None:
         """The run's own values. Raises ValueError (one line)."""
         choose("algo", self.algo, ALGOS)
         choose("dtype", self.dtype, ("float32", "bfloat16", "float16"))
         at_least("iterations", self.iterations, 1)
-        for name in ("max_env_steps", "env_step_timeout"):
-            at_least(name, getattr(self, name), 0)
+        at_least("max_env_steps", self.max_env_steps, 0)
 
 
-SECTIONS = ("sampling", "engine", "data", "rewards", "advantages", "learner", "scaling", "sft", "log")
+SECTIONS = ("sampling", "engine", "data", "rewards", "advantages", "learner", "scaling", "sft", "log", "workers")
 
 
 def _owners() -> dict[str, str | None]:

@@ -340,10 +340,11 @@ def _by_group(trajs: list[Trajectory]) -> list[list[Trajectory]]:
     return list(groups.values())
 
 
-def task_sampler(cfg: DataConfig, env, seed: int, env_id: str, state: dict | None = None) -> TaskSampler:
-    """The task pool (seeds 0..N-1) and the sampler over it; continues the sampler of `state` (a
-    resumed checkpoint's, or the one --model names) when it ran on the same env and pool."""
-    pool = cfg.task_pool or getattr(env.unwrapped, "num_tasks", DEFAULT_TASK_POOL)
+def task_sampler(cfg: DataConfig, num_tasks: int | None, seed: int, env_id: str, state: dict | None = None) -> TaskSampler:
+    """The task pool (seeds 0..N-1: cfg.task_pool, else the env's `num_tasks`, else 256) and the sampler
+    over it; continues the sampler of `state` (a resumed checkpoint's, or the one --model names) when it
+    ran on the same env and pool."""
+    pool = cfg.task_pool or num_tasks or DEFAULT_TASK_POOL
     sampler = TaskSampler(list(range(pool)), cfg.task_sampler, seed, cfg.sampler_decay, cfg.group_size,
                           cfg.explore_frac, cfg.stale_after)  # fmt: skip
     if state is not None:

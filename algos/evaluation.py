@@ -19,6 +19,7 @@ from agents.agent import Act
 from agents.parser import OK
 from algos.collector import Collector, Trajectory
 from envs.base import HELD_OUT_SEED
+from envs.workers import WorkerConfig
 from rewards.audit import wilson
 
 
@@ -85,11 +86,10 @@ def summarize(trajs: list[Trajectory], samples: int = 1) -> dict:
 
 
 def play(agent, env_id: str, env_kwargs: dict, seeds: list[int], samples: int = 1, max_envs: int = 256,
-         desc: str = "evaluation", leave: bool = True, step_timeout: float = 0.0, isolate: bool = False,
-         ) -> list[Trajectory]:  # fmt: skip
+         desc: str = "evaluation", leave: bool = True, workers: WorkerConfig | None = None) -> list[Trajectory]:
     """Every task `samples` times, in batches of at most max_envs envs, with a progress bar."""
     per_batch = max(1, max_envs // samples)
-    collector = Collector(env_id, min(per_batch, len(seeds)), samples, env_kwargs, step_timeout, isolate)
+    collector = Collector(env_id, min(per_batch, len(seeds)), samples, env_kwargs, workers)
     trajs = []
     with tqdm(total=len(seeds) * samples, desc=desc, unit="ep", file=sys.stderr, leave=leave, dynamic_ncols=True) as bar:
         for start in range(0, len(seeds), per_batch):

@@ -173,7 +173,7 @@ def evaluate(agent: LLMAgent, cfg: Config, episodes: int, world=distributed.SING
     under torchrun each rank plays its share of the tasks."""
     seeds = held_out_seeds(episodes)[world.rank :: world.size]
     trajs = play(agent, cfg.env, env_kwargs(cfg), seeds, max_envs=episodes, leave=False,
-                 step_timeout=cfg.env_step_timeout, isolate=cfg.env_isolation) if seeds else []  # fmt: skip
+                 workers=cfg.workers) if seeds else []  # fmt: skip
     m = summarize([t for part in distributed.gather(trajs, world) for t in part])
     return {"eval/success_rate": m["success_rate"], "eval/episode_length": m["mean_steps"]}
 
@@ -258,7 +258,9 @@ class Run:
 
     def release(self) -> None:
         """Unlock the run directory: at the end, or on an error (a kill -9 leaves a stale lock, which the next
-        run takes over)."""
+        run takes over). The env workers are stopped too (closing twice is harmless)."""
+        if getattr(self, "collector", None) is not None:
+            self.collector.close()
         if self.lock is not None:
             self.lock.release()
 
@@ -317,8 +319,8 @@ class Run:
                                        seed=cfg.seed + world.rank, world=world,
                                        adapter_reference=bool(cfg.scaling.lora_rank))  # fmt: skip
         self.collector = Collector(cfg.env, -(-cfg.data.num_groups // world.size), cfg.data.group_size, env_kwargs(cfg),
-                                   cfg.env_step_timeout, cfg.env_isolation)  # fmt: skip
-        sampler = task_sampler(cfg.data, self.collector.envs[0], cfg.seed, cfg.env,
+                                   cfg.workers)  # fmt: skip
+        sampler = task_sampler(cfg.data, self.collector.pool.num_tasks, cfg.seed, cfg.env,
                                state if state is not None else checkpoint.model_state(cfg.model))  # fmt: skip
         self.data = DataLayer(cfg.data, sampler, partial(informative, cfg))
         self.rewards = reward_layer(cfg, self.device)  # --reward: what a step earns
@@ -355,7 +357,7 @@ class Run:
         return Batch(kept, collected, stats, [s for t in kept for s in t.steps], self._mine)
 
     def _collect(self, seeds: list[int], sizes: list[int], first_group_id: int, first_traj_id: int):
-        trajs, owned = distributed.collect_share(self._collect_here, len(self.collector.envs), seeds, sizes,
+        trajs, owned = distributed.collect_share(self._collect_here, self.collector.num_envs, seeds, sizes,
                                                  first_group_id, first_traj_id, self.world)  # fmt: skip
         self._mine.update(owned)
         return trajs

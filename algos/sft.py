@@ -22,16 +22,17 @@ from algos.config import Config, ConfigError, env_kwargs
 from algos.distributed import SINGLE
 from algos.learner import Learner, Sample
 from envs.base import HELD_OUT_SEED
+from envs.workers import WorkerConfig
 
 
 def expert_demos(
     agent: LLMAgent, env_id: str, seeds: list[int], noise: float, rng: random.Random, env_kwargs: dict | None = None,
-    step_timeout: float = 0.0, isolate: bool = False,
+    workers: WorkerConfig | None = None,
 ):
     """(prompt ids, target ids) for every step of expert-labelled episodes. The env runs behind the
     collector's guards: a step that fails or hangs ends that demonstration, not the warm-up."""
     tok = agent.tokenizer
-    guarded = Collector(env_id, 1, 1, env_kwargs, step_timeout, isolate)
+    guarded = Collector(env_id, 1, 1, env_kwargs, workers)
     demos: list[Sample] = []
     for seed in seeds:
         obs, info = guarded.reset_env(0, seed)
@@ -60,7 +61,7 @@ def warm_up_from_config(cfg: Config, agent: LLMAgent, model, vocab: int, world=S
     torchrun every rank records the same demonstrations and trains on its slice of each batch."""
     seeds = [int(s) for s in np.random.default_rng(cfg.seed).integers(0, HELD_OUT_SEED, cfg.sft.sft_episodes)]
     demos = expert_demos(agent, cfg.env, seeds, cfg.sft.sft_noise, random.Random(cfg.seed), env_kwargs(cfg),
-                         cfg.env_step_timeout, cfg.env_isolation)  # fmt: skip
+                         cfg.workers)  # fmt: skip
     sft = Learner.for_run(model, cfg, agent.tokenizer.pad_token_id, vocab, lr=cfg.sft.sft_lr, seed=cfg.seed, world=world)
     return demos, warm_up(sft, demos, cfg.sft.sft_steps, cfg.sft.sft_batch_size, cfg.seed)
 

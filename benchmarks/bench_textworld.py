@@ -1,20 +1,33 @@
-"""TextWorld env latencies: game generation per game, reset (new game / same game), step.
+"""TextWorld env latencies, and what env workers buy on a lockstep round.
 
     python -m benchmarks.bench_textworld [--games 6] [--steps 300]
+    python -m benchmarks.bench_textworld workers [--envs 64] [--level 10] [--workers 0 1 2] [--train]
 
-Generates small pools into a fresh temporary cache (so generation is really measured),
-then times the env on them, one family at a time, in one process. Prints medians (ms).
+`latency` (the default) generates small pools into a fresh temporary cache (so generation is
+really measured), then times the env on them, one family at a time, in one process. Prints
+medians (ms).
+
+`workers` runs the collector's lockstep rounds over `--envs` coin collector envs (groups of 4,
+actions from a seeded script: the expert's half the time, else a random admissible command, so
+every pool sees the same calls), once per `--workers` value, side by side in one process, and
+prints env seconds per round, the ratio to in-process, and the IPC cost per call (a ping round
+trip, and the extra per step over one worker). Every pool must give the same trajectories; the
+run fails otherwise. `--train` adds one training iteration per worker count (the tiny model,
+no warm-up) and prints the env share of the iteration. `--out FILE` writes the numbers as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 CASES = [  # (env id, level)
     ("TextWorld-CoinCollector-v0", 5),
@@ -30,9 +43,18 @@ def ms(xs: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_textworld", description=__doc__.splitlines()[0])
-    p.add_argument("--games", type=int, default=6)
+    p.add_argument("part", nargs="?", default="latency", choices=("latency", "workers"))
+    p.add_argument("--games", type=int, default=6, help="latency: games per family; workers: the training pool")
     p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--envs", type=int, default=64)
+    p.add_argument("--level", type=int, default=10)
+    p.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--collects", type=int, default=2, help="collects (one episode per env each) per pool")
+    p.add_argument("--train", action="store_true", help="also one training iteration per worker count")
+    p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
+    if a.part == "workers":
+        return workers_part(a)
     os.environ["TEXTRL_CACHE"] = tempfile.mkdtemp(prefix="textrl-bench-")
     import gymnasium as gym
 
@@ -73,6 +95,96 @@ def main(argv: list[str] | None = None) -> int:
         env.close()
         print(f"{env_id + f' ({level})':36s} {ms(gen)} {ms(new)}  {ms(same)} {ms(step)}", flush=True)
     return 0
+
+
+class ScriptedTextWorld:
+    """The expert's command half the time, else a random admissible one, from a seeded stream; keeps a
+    stopwatch so the collector times its env calls on it, as it does on the trainer's agent."""
+
+    def __init__(self, seed: int) -> None:
+        from agents.stopwatch import Stopwatch
+
+        self.rng, self.stopwatch, self.rounds = random.Random(seed), Stopwatch(), 0
+
+    def act(self, views):
+        from agents.agent import Act
+
+        self.rounds += 1
+        out = []
+        for v in views:
+            cmd = v.expert if v.expert and self.rng.random() < 0.5 else self.rng.choice(v.admissible or ["look"])
+            out.append(Act(cmd, "ok", cmd, [1], [2], [0.0]))
+        return out
+
+
+def pool_rounds(workers: int, a) -> dict:
+    """Env seconds per lockstep round for one worker count, and the IPC round trip of a ping."""
+    from algos.collector import Collector
+    from envs.workers import WorkerConfig
+
+    kwargs = {"level": a.level, "num_games": a.games, "num_held_out": 0}
+    collector = Collector("TextWorld-CoinCollector-v0", a.envs // 4, 4, kwargs, WorkerConfig(env_workers=workers))
+    try:
+        env_s, rounds, calls, trajectories = 0.0, 0, 0, []
+        for c in range(a.collects):
+            agent = ScriptedTextWorld(c)
+            trajs = collector.collect(agent, [(c * a.envs // 4 + g) % a.games for g in range(a.envs // 4)])
+            env_s += agent.stopwatch.lap()["env"]
+            rounds += agent.rounds + 1  # the steps' rounds and the reset round
+            calls += sum(len(t.steps) for t in trajs) + len(trajs)
+            trajectories += [[(s.observation, s.action, s.reward, s.won, s.env_error) for s in t.steps] for t in trajs]
+        pings = []
+        for _ in range(20):
+            start = time.perf_counter()
+            collector.pool.run([(i, "ping", None) for i in range(a.envs)])
+            pings.append((time.perf_counter() - start) / a.envs)
+    finally:
+        collector.close()
+    return {"workers": workers, "env_s": env_s, "rounds": rounds, "calls": calls, "env_s_per_round": env_s / rounds,
+            "ping_us_per_call": 1e6 * statistics.median(pings), "trajectories": trajectories}  # fmt: skip
+
+
+def train_share(workers: int, a) -> dict:
+    """One training iteration (tiny model, no warm-up) with `workers` env workers: its env share."""
+    out = Path(tempfile.mkdtemp(prefix="textrl-bench-workers-"))
+    cmd = [sys.executable, "-m", "algos.train", "--env", "TextWorld-CoinCollector-v0", "--env-kwargs", "level",
+           str(a.level), "num_games", str(a.games), "num_held_out", "4", "--num-groups", str(a.envs // 4),
+           "--group-size", "4", "--iterations", "1", "--sft-steps", "0", "--eval-episodes", "0",
+           "--max-extra-groups", "0", "--env-workers", str(workers), "--output-dir", str(out / "run")]  # fmt: skip
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    row = next(r for r in map(json.loads, (out / "run" / "metrics.jsonl").read_text().splitlines()) if "time/env_s" in r)
+    return {"workers": workers, "env_s": row["time/env_s"], "iteration_s": row["time/iteration_s"],
+            "env_share": row["time/env_s"] / row["time/iteration_s"], "steps": row.get("rollout/steps")}  # fmt: skip
+
+
+def workers_part(a) -> int:
+    print(f"TextWorld-CoinCollector-v0 level {a.level}, {a.envs} envs, {a.collects} collects per pool, "
+          f"{os.cpu_count()} cores", flush=True)  # fmt: skip
+    rows = [pool_rounds(w, a) for w in a.workers]
+    base = rows[0]
+    same = all(r["trajectories"] == base["trajectories"] for r in rows)
+    one = next((r for r in rows if r["workers"] == 1), None)
+    print(f"{'workers':>7s} {'rounds':>6s} {'env s':>7s} {'s/round':>8s} {'x base':>7s} {'ping us/call':>12s}")
+    for r in rows:
+        r["ratio"] = r["env_s_per_round"] / base["env_s_per_round"]
+        print(f"{r['workers']:7d} {r['rounds']:6d} {r['env_s']:7.2f} {r['env_s_per_round']:8.4f} {r['ratio']:7.2f} "
+              f"{r['ping_us_per_call']:12.0f}")  # fmt: skip
+    result = {"level": a.level, "envs": a.envs, "cores": os.cpu_count(), "same_trajectories": same,
+              "pools": [{k: v for k, v in r.items() if k != "trajectories"} for r in rows]}  # fmt: skip
+    if one is not None and base["workers"] == 0:
+        extra = (one["env_s"] - base["env_s"]) / base["calls"]
+        result["ipc_us_per_step_call"] = 1e6 * extra
+        print(f"IPC per call with TextWorld payloads (1 worker minus in-process, per call): {1e6 * extra:.0f} us")
+    print(f"same trajectories in every pool: {'yes' if same else 'NO'}")
+    if a.train:
+        result["train"] = [train_share(w, a) for w in a.workers if w != 1]
+        for t in result["train"]:
+            print(f"training iteration, {t['workers']} workers: env {t['env_s']:.1f} s of {t['iteration_s']:.1f} s "
+                  f"({t['env_share']:.1%})", flush=True)  # fmt: skip
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(result, indent=1))
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ def prompt_rows(w: Workload) -> list[dict]:
 
     cfg = parse_config(our_flags(w, "unused"))
     env = gym.make(cfg.env, **env_kwargs(cfg))
-    sampler = task_sampler(cfg.data, env, cfg.seed, cfg.env)  # the same pool, mode and seed as the trainer's
+    sampler = task_sampler(cfg.data, getattr(env.unwrapped, "num_tasks", None), cfg.seed, cfg.env)  # the same pool, mode and seed as the trainer's
     sampling = cfg.sampling
     template = prompt_template(cfg.env) if sampling.prompt_template == "auto" else sampling.prompt_template
     builder = PromptBuilder(sampling.memory, template=template)

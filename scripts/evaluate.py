@@ -113,7 +113,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     report = {"checkpoint": str(path), "env": cfg.env, "env_kwargs": env_kw, "episodes": args.episodes,
               "samples": args.samples, "seed": args.seed, "decoding": mode, "policies": {}}  # fmt: skip
     episodes = {"model": play(agent, cfg.env, env_kw, seeds, args.samples, args.max_envs, "model",
-                              step_timeout=cfg.env_step_timeout, isolate=cfg.env_isolation)}
+                              workers=cfg.workers)}
     report["policies"]["model"] = summarize(episodes["model"], args.samples)
     for name in args.baselines:
         if name in ("warm", "base"):  # another model, played exactly like the checkpoint
@@ -121,7 +121,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
         else:
             policy = ScriptedAgent(name, args.seed)
         trajs = play(policy, cfg.env, env_kw, seeds, args.samples, args.max_envs, name,
-                     step_timeout=cfg.env_step_timeout, isolate=cfg.env_isolation)
+                     workers=cfg.workers)
         if name == "expert" and not any(s.action for t in trajs for s in t.steps):
             report["policies"][name] = {"skipped": f"{cfg.env} gives no expert_action"}
             continue

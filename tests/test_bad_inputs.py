@@ -198,7 +198,7 @@ def test_yaml_values_are_checked_where_they_enter(tmp_path):
 
 def test_validate_refuses_non_finite_floats_of_a_config_built_in_code():
     base = Config(device="cpu")
-    for cfg in (dataclasses.replace(base, env_step_timeout=math.inf),
+    for cfg in (dataclasses.replace(base, workers=dataclasses.replace(base.workers, env_step_timeout=math.inf)),
                 dataclasses.replace(base, learner=dataclasses.replace(base.learner, lr=math.nan)),
                 dataclasses.replace(base, sft=dataclasses.replace(base.sft, sft_lr=-math.inf))):  # fmt: skip
         with pytest.raises(ConfigError, match="must be a finite number"):

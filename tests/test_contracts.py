@@ -180,7 +180,7 @@ def test_an_env_failure_in_the_collector_still_gives_a_step_info(monkeypatch):
     def broken(action):
         raise OSError("the interpreter died")
 
-    monkeypatch.setattr(collector.envs[0], "step", broken)
+    monkeypatch.setattr(collector.pool.host.env(0), "step", broken)
     _, _, term, trunc, info = collector.step_env(0, "go north", obs, info)
     collector.close()
     assert trunc and not term and info["error"] and info_problems(info) == []

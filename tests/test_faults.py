@@ -13,9 +13,10 @@ import pytest
 import envs  # noqa: F401
 from agents.agent import Act
 from agents.parser import STATUSES, parse_action
-from algos.collector import Collector, StepTimeout, deadline
+from algos.collector import Collector
 from algos.train import main as train_main
 from envs.keydoor import KeyDoorEnv
+from envs.workers import StepTimeout, WorkerConfig, deadline
 
 INJECTED = {"raise": 0, "hang": 0}
 _FAULT_SEEDS = itertools.count()
@@ -113,7 +114,7 @@ def test_parser_never_raises_on_1000_adversarial_strings():
 def test_env_step_path_survives_any_text(env_id, kwargs):
     texts = adversarial_strings(1200, seed=hash(env_id) % 1000)
     collector = Collector(env_id, num_groups=4, group_size=4, env_kwargs=kwargs)
-    space = collector.envs[0].observation_space
+    space = collector.pool.observation_space
     steps = 0
     agent = ScriptedText(texts)
     while True:
@@ -231,7 +232,8 @@ def test_isolated_envs_survive_crashes_and_native_hangs(tmp_path, monkeypatch):
     log = tmp_path / "faults.log"
     log.touch()
     monkeypatch.setenv("FAULT_LOG", str(log))  # the env processes inherit it
-    collector = Collector("faulty_envs:CrashyKeyDoor-v0", num_groups=2, group_size=2, step_timeout=1.0, isolate=True)
+    collector = Collector("faulty_envs:CrashyKeyDoor-v0", num_groups=2, group_size=2,
+                          workers=WorkerConfig(env_step_timeout=1.0, env_isolation=True))
     texts = ["<action>go north</action>", "<action>go east</action>", "<action>go south</action>"] * 200
     agent = ScriptedText(texts)
     errors = steps = 0
