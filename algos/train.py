@@ -20,7 +20,8 @@ the trainer on a probe batch (algos/weight_sync.py).
 checkpoint.py). A run directory belongs to one run: it is locked while a run writes to it, and a
 fresh run refuses one that already holds a run unless `--overwrite` (algos/run_lock.py). Every
 env call is guarded (a failure or a hang ends that episode, counted in rollout/env_errors;
-`--env-isolation` runs each env in its own process), and updates with a non-finite loss or
+`--env-workers N` steps them in parallel worker processes, restarted when they crash or hang,
+`--env-backend ray` as Ray actors; envs/workers.py), and updates with a non-finite loss or
 gradient are skipped, weights untouched (`--max-bad-updates` in a row stop the run).
 
 `torchrun --nproc_per_node N -m algos.train ...` runs the same loop on N ranks: each collects

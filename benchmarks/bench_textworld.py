@@ -13,7 +13,8 @@ every pool sees the same calls), once per `--workers` value, side by side in one
 prints env seconds per round, the ratio to in-process, and the IPC cost per call (a ping round
 trip, and the extra per step over one worker). Every pool must give the same trajectories; the
 run fails otherwise. `--train` adds one training iteration per worker count (the tiny model,
-no warm-up) and prints the env share of the iteration. `--out FILE` writes the numbers as JSON.
+no warm-up, unless `--train-flags` says otherwise) and prints the env share of the iteration.
+On a GPU machine: `... workers --workers 0 16 --train --train-flags --model M --backend vllm`. `--out FILE` writes the numbers as JSON.
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--level", type=int, default=10)
     p.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--collects", type=int, default=2, help="collects (one episode per env each) per pool")
+    p.add_argument("--ray", type=int, default=0, help="also this many workers as Ray actors (needs ray)")
     p.add_argument("--train", action="store_true", help="also one training iteration per worker count")
+    p.add_argument("--train-flags", nargs=argparse.REMAINDER, default=[],
+                   help="the rest goes to algos.train (e.g. --model M --backend vllm --device cuda on a GPU)")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     if a.part == "workers":
@@ -117,13 +121,14 @@ class ScriptedTextWorld:
         return out
 
 
-def pool_rounds(workers: int, a) -> dict:
+def pool_rounds(workers: int, a, backend: str = "process") -> dict:
     """Env seconds per lockstep round for one worker count, and the IPC round trip of a ping."""
     from algos.collector import Collector
     from envs.workers import WorkerConfig
 
     kwargs = {"level": a.level, "num_games": a.games, "num_held_out": 0}
-    collector = Collector("TextWorld-CoinCollector-v0", a.envs // 4, 4, kwargs, WorkerConfig(env_workers=workers))
+    cfg = WorkerConfig(env_workers=workers, env_backend=backend)
+    collector = Collector("TextWorld-CoinCollector-v0", a.envs // 4, 4, kwargs, cfg)
     try:
         env_s, rounds, calls, trajectories = 0.0, 0, 0, []
         for c in range(a.collects):
@@ -140,7 +145,7 @@ def pool_rounds(workers: int, a) -> dict:
             pings.append((time.perf_counter() - start) / a.envs)
     finally:
         collector.close()
-    return {"workers": workers, "env_s": env_s, "rounds": rounds, "calls": calls, "env_s_per_round": env_s / rounds,
+    return {"workers": workers, "backend": backend if workers else "in-process", "env_s": env_s, "rounds": rounds, "calls": calls, "env_s_per_round": env_s / rounds,
             "ping_us_per_call": 1e6 * statistics.median(pings), "trajectories": trajectories}  # fmt: skip
 
 
@@ -150,7 +155,7 @@ def train_share(workers: int, a) -> dict:
     cmd = [sys.executable, "-m", "algos.train", "--env", "TextWorld-CoinCollector-v0", "--env-kwargs", "level",
            str(a.level), "num_games", str(a.games), "num_held_out", "4", "--num-groups", str(a.envs // 4),
            "--group-size", "4", "--iterations", "1", "--sft-steps", "0", "--eval-episodes", "0",
-           "--max-extra-groups", "0", "--env-workers", str(workers), "--output-dir", str(out / "run")]  # fmt: skip
+           "--max-extra-groups", "0", "--env-workers", str(workers), "--output-dir", str(out / "run"), *a.train_flags]  # fmt: skip
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     row = next(r for r in map(json.loads, (out / "run" / "metrics.jsonl").read_text().splitlines()) if "time/env_s" in r)
     return {"workers": workers, "env_s": row["time/env_s"], "iteration_s": row["time/iteration_s"],
@@ -160,21 +165,21 @@ def train_share(workers: int, a) -> dict:
 def workers_part(a) -> int:
     print(f"TextWorld-CoinCollector-v0 level {a.level}, {a.envs} envs, {a.collects} collects per pool, "
           f"{os.cpu_count()} cores", flush=True)  # fmt: skip
-    rows = [pool_rounds(w, a) for w in a.workers]
+    rows = [pool_rounds(w, a) for w in a.workers] + ([pool_rounds(a.ray, a, "ray")] if a.ray else [])
     base = rows[0]
     same = all(r["trajectories"] == base["trajectories"] for r in rows)
-    one = next((r for r in rows if r["workers"] == 1), None)
-    print(f"{'workers':>7s} {'rounds':>6s} {'env s':>7s} {'s/round':>8s} {'x base':>7s} {'ping us/call':>12s}")
+    one = next((r for r in rows if r["workers"] == 1 and r["backend"] == "process"), None)
+    print(f"{'pool':>12s} {'workers':>7s} {'rounds':>6s} {'env s':>7s} {'s/round':>8s} {'x base':>7s} {'ping us/call':>12s}")
     for r in rows:
         r["ratio"] = r["env_s_per_round"] / base["env_s_per_round"]
-        print(f"{r['workers']:7d} {r['rounds']:6d} {r['env_s']:7.2f} {r['env_s_per_round']:8.4f} {r['ratio']:7.2f} "
-              f"{r['ping_us_per_call']:12.0f}")  # fmt: skip
+        print(f"{r['backend']:>12s} {r['workers']:7d} {r['rounds']:6d} {r['env_s']:7.2f} {r['env_s_per_round']:8.4f} "
+              f"{r['ratio']:7.2f} {r['ping_us_per_call']:12.0f}")  # fmt: skip
     result = {"level": a.level, "envs": a.envs, "cores": os.cpu_count(), "same_trajectories": same,
               "pools": [{k: v for k, v in r.items() if k != "trajectories"} for r in rows]}  # fmt: skip
     if one is not None and base["workers"] == 0:
         extra = (one["env_s"] - base["env_s"]) / base["calls"]
         result["ipc_us_per_step_call"] = 1e6 * extra
-        print(f"IPC per call with TextWorld payloads (1 worker minus in-process, per call): {1e6 * extra:.0f} us")
+        print(f"1 worker minus in-process, per call (TextWorld payloads; within noise if near 0): {1e6 * extra:.0f} us")
     print(f"same trajectories in every pool: {'yes' if same else 'NO'}")
     if a.train:
         result["train"] = [train_share(w, a) for w in a.workers if w != 1]

@@ -184,12 +184,30 @@ def test_ray_actors_give_the_same_trajectories_and_survive_a_crash_and_a_hang(ra
         out = pool.run([(i, "reset", {"seed": i}) for i in range(4)])
         assert [s for s, _ in out] == ["ok"] * 4, out
         out = pool.run([(0, "step", "finish"), (1, "step", "go"), (2, "step", "crash"), (3, "step", "go")])
-        assert out[0][0] == "ok" and out[0][1][2] and out[2] == ("error", "its env worker died (its Ray actor exited)"), out
+        assert out[2] == ("error", "its env worker died (its Ray actor exited)"), out
+        # env 0's finished step stands if its answer left the actor before the crash (Ray does not promise that)
+        assert out[0][0] == "error" or out[0][1][2], out
         assert out[1][0] == out[3][0] == "ok", out
         out = pool.run([(0, "reset", {"seed": 0}), (1, "step", "hang"), (3, "step", "go")])
         assert out[0][0] == "ok" and out[1] == ("error", "no answer within 6 s; its env worker was killed"), out
         assert out[2][0] == "error" and pool.restarts == 2
         again = pool.run([(i, "reset", {"seed": i}) for i in range(4)])  # both actors were restarted by Ray
         assert [v[0] for _, v in again] == [f"seed {i} step 0" for i in range(4)], again
+        out = pool.run([(0, "step", "sleep"), (2, "step", "go")])  # an actor's own timer cuts a Python-level hang
+        assert out[0][1].startswith("StepTimeout") and out[1][0] == "ok" and pool.restarts == 2, out
+        again = pool.run([(i, "reset", {"seed": i}) for i in range(4)])
+        assert [v[0] for _, v in again] == [f"seed {i} step 0" for i in range(4)], again
     finally:
         pool.close()
+
+
+@pytest.mark.slow
+def test_the_worker_benchmark_runs_small_and_checks_its_trajectories(tmp_path):
+    from benchmarks.bench_textworld import main as bench
+
+    out = tmp_path / "workers.json"
+    assert bench(["workers", "--envs", "8", "--level", "3", "--games", "3", "--workers", "0", "2", "--collects", "1",
+                  "--out", str(out)]) == 0  # fmt: skip
+    result = json.loads(out.read_text())
+    assert result["same_trajectories"] and [p["workers"] for p in result["pools"]] == [0, 2]
+    assert all(p["rounds"] >= 2 and p["env_s"] > 0 for p in result["pools"])
