@@ -293,10 +293,12 @@ def _pythonpath() -> str:
 class ProcessPool(WorkerPool):
     """Worker processes on this machine (`python -m envs.workers`), each reached through a socket pair."""
 
+    def __init__(self, env_id: str, n: int, env_kwargs: dict, timeout: float, workers: int) -> None:
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.conns: dict[int, Connection] = {}
+        super().__init__(env_id, n, env_kwargs, timeout, workers)
+
     def _start(self, w: int) -> None:
-        if not hasattr(self, "procs"):
-            self.procs: dict[int, subprocess.Popen] = {}
-            self.conns: dict[int, Connection] = {}
         mine, theirs = socket.socketpair()
         env = {**os.environ, "PYTHONPATH": _pythonpath()}
         proc = subprocess.Popen([sys.executable, "-m", "envs.workers", str(theirs.fileno())], pass_fds=[theirs.fileno()],
