@@ -49,6 +49,7 @@ import yaml
 from agents.generation import EngineConfig, SamplingConfig, at_least, choose
 from algos.advantages import ALGOS, AdvantageConfig
 from algos.data import DataConfig
+from algos.reporters import check_report_to
 from envs.workers import WorkerConfig
 from rewards.layer import RewardConfig
 
@@ -215,10 +216,22 @@ class LogConfig:
     """Full episodes (prompt, response, action, reward, advantage per step) written per sampled iteration."""
     transcript_every: int = 1
     """Write transcripts every N iterations (TensorBoard text + transcripts.jsonl); 0 = never."""
+    report_to: str = "tensorboard"
+    """Where metrics go besides metrics.jsonl: tensorboard (event files in the run directory), wandb
+    (Weights & Biases: scalars, config, transcript tables, evaluation plots; `pip install 'textrl[wandb]'`;
+    WANDB_MODE=offline needs no account), both (tensorboard,wandb), or none (algos/reporters.py)."""
+    wandb_project: str = "textrl"
+    """W&B project of the run (--report-to wandb)."""
+    wandb_entity: str = ""
+    """W&B team or user; empty = your default entity."""
+    wandb_name: str = ""
+    """W&B run name; empty = the run directory's name."""
 
     def check(self) -> None:
         for f in dataclasses.fields(self):
-            at_least(f.name, getattr(self, f.name), 0)
+            if isinstance(getattr(self, f.name), int):  # the counts; report_to and the W&B names are text
+                at_least(f.name, getattr(self, f.name), 0)
+        check_report_to(self.report_to)
 
 
 def _section(cls):

@@ -3,7 +3,8 @@
 DIR/config.yaml              the fully resolved config
 DIR/metrics.jsonl            JSON rows of iteration + scalar tags: each iteration's row, plus
                              warm-up, sync-check, evaluation and audit rows
-DIR/events.out.tfevents.*    TensorBoard scalars (same tags) and transcripts as text
+DIR/events.out.tfevents.*    TensorBoard scalars (same tags) and transcripts as text (--report-to tensorboard)
+DIR/wandb_run.json           the W&B run's id, which --resume continues (--report-to wandb, algos/reporters.py)
 DIR/transcripts.jsonl        sampled full episodes
 DIR/checkpoints/iter_N/      Hugging Face format (safetensors) + trainer_state.pt
 DIR/reward_audit.json        every scorer audit of the run; DIR/memory.json: peak memory per rank
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 import yaml
 
+from algos.reporters import WandbReporter, report_to
 from envs.base import note_once
 
 TRAINER_STATE = "trainer_state.pt"  # marks a checkpoint written by this trainer
@@ -64,20 +66,26 @@ class RunDir:
     """The run's files. With `write=False` (every torchrun rank but 0) it only knows its path."""
 
     def __init__(self, path: str | Path, config: dict, purge_step: int | None = None, write: bool = True) -> None:
-        """`config`: the resolved options (algos.config.flat); `purge_step`: resuming at this iteration,
-        TensorBoard drops the dead run's later events."""
+        """`config`: the resolved options (algos.config.flat; its report_to picks TensorBoard and W&B);
+        `purge_step`: resuming at this iteration, TensorBoard drops the dead run's later events and W&B
+        continues the directory's W&B run."""
         self.path, self.write = Path(path), write
+        self.tb, self.wandb = None, None
         if not write:
             return
         self.path.mkdir(parents=True, exist_ok=True)
         resolved = dict(config)
         with open(self.path / "config.yaml", "w") as f:
             yaml.safe_dump(resolved, f, sort_keys=False)
-        from torch.utils.tensorboard import SummaryWriter
+        reporters = report_to(resolved.get("report_to", "tensorboard"))
+        if "tensorboard" in reporters:
+            from torch.utils.tensorboard import SummaryWriter
 
-        self.tb = SummaryWriter(log_dir=str(self.path), purge_step=purge_step)
-        table = "\n".join(f"|{k}|{v}|" for k, v in resolved.items())
-        self.tb.add_text("hyperparameters", f"|option|value|\n|-|-|\n{table}")
+            self.tb = SummaryWriter(log_dir=str(self.path), purge_step=purge_step)
+            table = "\n".join(f"|{k}|{v}|" for k, v in resolved.items())
+            self.tb.add_text("hyperparameters", f"|option|value|\n|-|-|\n{table}")
+        if "wandb" in reporters:
+            self.wandb = WandbReporter(self.path, resolved, resume=purge_step is not None)
         self._metrics = open(self.path / "metrics.jsonl", "a")  # noqa: SIM115 (closed in close())
         self._transcripts = open(self.path / "transcripts.jsonl", "a")  # noqa: SIM115
 
@@ -85,18 +93,21 @@ class RunDir:
         if not self.write:
             return
         clean = {k: float(v) for k, v in metrics.items()}
-        for k, v in clean.items():
-            if math.isfinite(v):
-                self.tb.add_scalar(k, v, iteration)
+        if self.tb is not None:
+            for k, v in clean.items():
+                if math.isfinite(v):
+                    self.tb.add_scalar(k, v, iteration)
+            self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log(iteration, clean)
         # JSON has no NaN/inf: such values are written as null
         record = {"iteration": iteration, **{k: v if math.isfinite(v) else None for k, v in clean.items()}}
         self._metrics.write(json.dumps(record) + "\n")
         self._metrics.flush()
-        self.tb.flush()
 
     def log_histogram(self, iteration: int, tag: str, values) -> None:
         """TensorBoard only (metrics.jsonl holds scalars)."""
-        if self.write and len(values):
+        if self.tb is not None and len(values):
             self.tb.add_histogram(tag, np.asarray(values), iteration)
 
     def log_transcript(self, iteration: int, record: dict, markdown: str) -> None:
@@ -104,7 +115,10 @@ class RunDir:
             return
         self._transcripts.write(json.dumps({"iteration": iteration, **record}) + "\n")
         self._transcripts.flush()
-        self.tb.add_text("transcripts", markdown, iteration)
+        if self.tb is not None:
+            self.tb.add_text("transcripts", markdown, iteration)
+        if self.wandb is not None:  # a table row per step, sent with the iteration's metrics
+            self.wandb.add_transcript(iteration, record)
 
     def save_checkpoint(self, iteration: int, model, tokenizer, trainer_state: dict,
                         weights: dict | None = None, merged: dict | None = None) -> Path:  # fmt: skip
@@ -140,6 +154,9 @@ class RunDir:
     def close(self) -> None:
         if not self.write:
             return
-        self.tb.close()
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.close()
         self._metrics.close()
         self._transcripts.close()

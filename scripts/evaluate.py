@@ -88,7 +88,8 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     base_model = args.base_model or cfg.model
     options = dict(model=str(path), output_dir="", sft_steps=0, seed=args.seed, device=args.device or cfg.device,
                    backend=args.backend or cfg.engine.backend,
-                   lora_rank=0, lora_save_merged=False)  # a LoRA checkpoint is evaluated with its adapter merged
+                   lora_rank=0, lora_save_merged=False,  # a LoRA checkpoint is evaluated with its adapter merged
+                   report_to="none")  # the plots reach the run's W&B run through send_plots, not a reporter
     if args.env and args.env != cfg.env:  # another env: the checkpoint's knobs were for its own
         options.update(env=args.env, env_kwargs={})
     if args.env_kwargs:
@@ -215,6 +216,24 @@ def save(fig, ax, title: str, path: Path) -> Path:
     return path
 
 
+def send_plots(checkpoint: Path, pngs: list[Path]) -> None:
+    """A checkpoint of a run that reports to W&B (RUN/checkpoints/iter_N, RUN/wandb_run.json): its plots go
+    to that W&B run too, at iteration N; not while the run itself is still writing to it."""
+    from algos.reporters import WANDB_RUN, log_images
+    from algos.run_lock import holder
+
+    run_dir = checkpoint.parent.parent
+    if not (run_dir / WANDB_RUN).exists():
+        return
+    if holder(run_dir) is not None:
+        print(f"{run_dir} is still training: the plots are not sent to its W&B run", file=sys.stderr)
+        return
+    number = checkpoint.name.removeprefix("iter_")
+    iteration = int(number) if number.isdigit() else None
+    if log_images(run_dir, pngs, iteration):
+        print(f"plots sent to the W&B run of {run_dir}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
@@ -235,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     md.write_text(markdown(report))
     rows = args.output.with_name(args.output.stem + "_episodes.jsonl")
     rows.write_text("".join(json.dumps(r) + "\n" for r in episode_rows(episodes)))
-    written = [args.output, md, rows] + ([] if args.no_plots else plots(report, args.output.with_suffix("")))
+    pngs = [] if args.no_plots else plots(report, args.output.with_suffix(""))
+    written = [args.output, md, rows, *pngs]
+    if pngs:
+        send_plots(Path(args.checkpoint).expanduser(), pngs)
     model = report["policies"]["model"]
     lo, hi = model["success_ci95"]
     print(f"success {model['success_rate']:.1%} [{lo:.1%}, {hi:.1%}] on {model['episodes']} episodes", file=sys.stderr)

@@ -92,6 +92,7 @@ CASES = [
     ("yaml-inf", ["--config", "lr_inf.yaml"], 2, "lr must be a finite number (got inf)"),
     ("flag-nan", ["--lr", "nan"], 2, "lr must be a finite number (got nan)"),
     ("flag-inf-optional", ["--clip-ratio-c", "inf"], 2, "clip_ratio_c must be a finite number or null (got inf)"),
+    ("report-to-unknown", ["--report-to", "tensorboard,mlflow"], 2, "--report-to 'tensorboard,mlflow': unknown reporter mlflow"),
     ("reset-raises", ["--env", "badenvs:RaisingReset-v0"], 2,
      "--env badenvs:RaisingReset-v0: reset(seed=0) raised RuntimeError: no world today"),
     ("reset-obs-not-str", ["--env", "badenvs:NumberObs-v0"], 2,
