@@ -12,6 +12,7 @@ Users register their own envs the same way in their package and train on them wi
 import gymnasium as gym
 
 from envs.base import TextEnv
+from envs.sokoban import LEVELS as SOKOBAN_LEVELS
 
 # id -> (kwargs, max_episode_steps, one-line description)
 KEYDOOR_IDS = {
@@ -35,6 +36,15 @@ KEYDOOR_IDS = {
         30,
         "3x3 rooms without a compass: the agent must explore and remember",
     ),
+}
+
+# Sokoban puzzles drawn by reverse play from the solved board (envs/sokoban.py); the step
+# limit of each id is its level's. `gym.make(id, level=L, max_episode_steps=...)` for others.
+SOKOBAN_IDS = {
+    "Sokoban-v0": (dict(level=1), SOKOBAN_LEVELS[1].max_steps, "Sokoban, 5x5 room, one box: push it onto the goal"),
+    "Sokoban-Medium-v0": (dict(level=2), SOKOBAN_LEVELS[2].max_steps, "Sokoban, 6x6 room, two boxes"),
+    "Sokoban-Hard-v0": (dict(level=3), SOKOBAN_LEVELS[3].max_steps, "Sokoban, 7x7 room, two boxes, more walls"),
+    "Sokoban-Expert-v0": (dict(level=4), SOKOBAN_LEVELS[4].max_steps, "Sokoban, 8x8 room, three boxes"),
 }
 
 # Single-turn verifiable problems (one step per episode): the classic GRPO setting, with
@@ -87,6 +97,10 @@ for _id, (_kwargs, _steps, _doc) in KEYDOOR_IDS.items():
     if _id not in gym.registry:
         gym.register(id=_id, entry_point="envs.keydoor:KeyDoorEnv", kwargs=_kwargs, max_episode_steps=_steps)
 
+for _id, (_kwargs, _steps, _doc) in SOKOBAN_IDS.items():
+    if _id not in gym.registry:
+        gym.register(id=_id, entry_point="envs.sokoban:SokobanEnv", kwargs=_kwargs, max_episode_steps=_steps)
+
 for _id, (_kwargs, _steps, _doc) in SINGLE_TURN_IDS.items():
     if _id not in gym.registry:
         gym.register(id=_id, entry_point="envs.arithmetic:ArithmeticEnv", kwargs=_kwargs, max_episode_steps=_steps)
@@ -96,7 +110,7 @@ for _id, (_kwargs, _steps, _doc) in TEXTWORLD_IDS.items():
     if _id not in gym.registry:
         gym.register(id=_id, entry_point=_entry, kwargs=_kwargs, max_episode_steps=_steps)
 
-__all__ = ["KEYDOOR_IDS", "SINGLE_TURN_IDS", "TEXTWORLD_IDS", "TextEnv", "prompt_template"]
+__all__ = ["KEYDOOR_IDS", "SINGLE_TURN_IDS", "SOKOBAN_IDS", "TEXTWORLD_IDS", "TextEnv", "prompt_template"]
 
 
 def env_metadata(env_id: str) -> dict:

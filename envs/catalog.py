@@ -32,7 +32,7 @@ def builtin_ids() -> dict[str, str]:
     """id -> one-line description of the envs this package registers."""
     import envs
 
-    tables = (envs.KEYDOOR_IDS, envs.SINGLE_TURN_IDS, envs.TEXTWORLD_IDS)
+    tables = (envs.KEYDOOR_IDS, envs.SOKOBAN_IDS, envs.SINGLE_TURN_IDS, envs.TEXTWORLD_IDS)
     return {env_id: doc for table in tables for env_id, (_, _, doc) in table.items()}
 
 
