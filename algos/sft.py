@@ -57,6 +57,10 @@ def expert_demos(
     guarded.close()
     if not demos:
         raise ConfigError(f"{env_id} gives no info['expert_action']; pass --sft-steps 0 to train without warm-up")
+    longest = max(len(d.response_ids) for d in demos)
+    if longest > agent.sampling.max_new_tokens:  # tool calls take more tokens than an action tag
+        note_once(f"the warm-up's replies take up to {longest} tokens but --max-new-tokens is "
+                  f"{agent.sampling.max_new_tokens}: longer replies will be cut off (no complete action)")  # fmt: skip
     return demos
 
 

@@ -194,3 +194,20 @@ def test_qwen_template_gets_the_tools_through_tools(tiny_path):
     assert "<tools>" in text and '"enum": ["go north", "take red key"]' in text and "Tools (JSON schemas)" not in text
     json_agent = LLMAgent(tok, _NoBackend(), PromptBuilder(memory=1, action_format=ActionFormat("json")), None)
     assert not json_agent.native_tools  # the template's tool prompt would ask for <tool_call> tags
+
+
+def test_warm_up_targets_are_calls(tiny_path):
+    import random
+
+    from agents.backend import Sampling
+    from algos.sft import expert_demos
+
+    tok = load_tokenizer(tiny_path)
+    fmt = ActionFormat.for_env("tool_call", envs.env_metadata("KeyDoor-v0"))
+    agent = LLMAgent(tok, _NoBackend(), PromptBuilder(memory=1, action_format=fmt), Sampling(max_new_tokens=64))
+    demos = expert_demos(agent, "KeyDoor-v0", [0], 0.0, random.Random(0))
+    _, info = gym.make("KeyDoor-v0").reset(seed=0)
+    assert demos[0].response_ids == tok(fmt.reply(info["expert_action"]), add_special_tokens=False)["input_ids"] + [
+        tok.eos_token_id
+    ]
+    assert tok.decode(demos[0].response_ids, skip_special_tokens=True).startswith('<tool_call>\n{"name": ')
