@@ -33,8 +33,7 @@ class SamplingConfig:
     prompt_template: str = "auto"
     """auto (the env's metadata["prompt_template"]), default, textworld or answer (single-turn problems)."""
     action_format: str = "tag"
-    """tag (<action>command</action>), tool_call (<tool_call>{"name", "arguments"}</tool_call>, the env's
-    metadata["tools"] or a derived `act` tool, via the chat template's tools= when it has them) or json (a bare call object)."""
+    """tag (<action>command</action>), tool_call (<tool_call>{"name", "arguments"}</tool_call>) or json (a bare call object); tools: the env's metadata["tools"], else one `act` tool over the admissible commands."""
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 16
