@@ -2,7 +2,7 @@
 
 One `act` call serves a whole batch of envs: it builds each env's prompt (memory window,
 chat template), sends all prompts to the backend in one `generate`, decodes and parses
-the responses. The result keeps prompt ids, response ids and per-token logprobs, which
+the responses in the run's action format (agents/tools.py). The result keeps prompt ids, response ids and per-token logprobs, which
 become the training sample of that step.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agents.backend import Backend, Sampling
-from agents.parser import parse_action
 from agents.prompt import PromptBuilder
 from agents.stopwatch import Stopwatch
+from agents.templates import renders_tools
 
 
 @dataclass(frozen=True)
@@ -52,18 +52,26 @@ class LLMAgent:
         self.sampling = sampling
         self.max_prompt_tokens = max_prompt_tokens
         self.stopwatch = Stopwatch()  # prompt / generate / parse seconds (the collector adds env)
+        self.format = prompts.action_format
+        # tool_call: the chat template renders the tools itself when it can (json asks for no tags)
+        self.native_tools = self.format.name == "tool_call" and renders_tools(tokenizer)
 
     def prompt_ids(self, view: View) -> list[int]:
         """Chat-templated prompt; drops the oldest memory first if it grows too long."""
         history = list(view.history)
         while True:
             admissible = list(view.admissible) if view.admissible is not None else None
-            msgs = self.prompts.messages(view.task, history, view.observation, admissible)
-            text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+            msgs = self.prompts.messages(view.task, history, view.observation, admissible, self.native_tools)
+            tools = {"tools": self.format.tools_for(admissible)} if self.native_tools else {}
+            text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **tools)
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             if len(ids) <= self.max_prompt_tokens or not history:
                 return ids[-self.max_prompt_tokens :]
             history = history[1:]
+
+    def reply(self, command: str) -> str:
+        """The reply text that sends `command` in this agent's format (the SFT warm-up's target)."""
+        return self.format.reply(command)
 
     def act(self, views: list[View], sampling: Sampling | None = None) -> list[Act]:
         if not views:
@@ -81,6 +89,6 @@ class LLMAgent:
             for view, p, r, lp in zip(views, prompts, responses, logprobs):
                 text = self.tokenizer.decode(r, skip_special_tokens=True)
                 admissible = list(view.admissible) if view.admissible is not None else None
-                command, status = parse_action(text, admissible)
+                command, status = self.format.parse(text, admissible)
                 acts.append(Act(command, status, text, p, r, lp))
         return acts

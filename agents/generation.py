@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agents.prompt import TEMPLATES
+from agents.tools import ACTION_FORMATS
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class SamplingConfig:
     """Past (observation, action) pairs shown in each prompt."""
     prompt_template: str = "auto"
     """auto (the env's metadata["prompt_template"]), default, textworld or answer (single-turn problems)."""
+    action_format: str = "tag"
+    """tag (<action>command</action>), tool_call (<tool_call>{"name", "arguments"}</tool_call>) or json (a bare call object); tools: the env's metadata["tools"], else one `act` tool over the admissible commands."""
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 16
@@ -43,6 +46,7 @@ class SamplingConfig:
 
     def check(self) -> None:
         choose("prompt_template", self.prompt_template, ("auto", *TEMPLATES))
+        choose("action_format", self.action_format, ACTION_FORMATS)
         for name in ("max_new_tokens", "max_prompt_tokens", "generation_batch_size"):
             at_least(name, getattr(self, name), 1)
         at_least("memory", self.memory, 0)

@@ -100,6 +100,19 @@ def thinking(tokenizer) -> str | None:
     return "switch" if any(text not in (None, default) for text in switched) else None
 
 
+PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_q7", "description": "PROBE_TOOL_DOC",
+              "parameters": {"type": "object", "properties": {}}}}  # fmt: skip
+
+
+def renders_tools(tokenizer) -> bool:
+    """Whether the template writes a `tools=` list into the prompt (Qwen2.5's does, plain ChatML
+    ignores it): the probe tool's name appears in the text rendered with it and not without it."""
+    with_tools = _render(tokenizer, PROMPT, tools=[PROBE_TOOL])
+    without = _render(tokenizer, PROMPT)
+    name = PROBE_TOOL["function"]["name"]
+    return with_tools is not None and name in with_tools and name not in (without or "")
+
+
 def template_notes(tokenizer) -> list[str]:
     """One-line notes on what `tokenizer.chat_template` does that matters for training; [] when
     nothing does (the tiny model's plain ChatML, for one)."""

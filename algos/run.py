@@ -45,6 +45,7 @@ from agents.model import (
 )
 from agents.prompt import PromptBuilder
 from agents.templates import template_notes
+from agents.tools import ActionFormat
 from algos import checkpoint, distributed
 from algos.advantages import anchor_group_sizes, gigpo_advantages, grpo_advantages, rloo_advantages, similarity_keys
 from algos.collector import Collector, Step, Trajectory, note_once
@@ -58,7 +59,7 @@ from algos.run_lock import RunLock, check_output_dir
 from algos.scoring import audit_hook, rescore, reward_layer
 from algos.sft import has_expert, warm_up_from_config
 from algos.weight_sync import probe_prompts, sync_backend
-from envs import prompt_template
+from envs import env_metadata, prompt_template
 
 NEGLIGIBLE = 1e-6  # |advantage| below this is float noise around zero: the sample teaches nothing
 # time/<section>_s of every iteration; env, prompt, generate and parse are parts of rollout
@@ -163,7 +164,11 @@ def build(cfg: Config, world=distributed.SINGLE, device: str | None = None):
         backend = HFBackend(sampler_model, eos, tokenizer.pad_token_id, sampling.generation_batch_size,
                             cfg.seed + world.rank, cfg.learner.autocast, vocab)  # fmt: skip
     template = prompt_template(cfg.env) if sampling.prompt_template == "auto" else sampling.prompt_template
-    prompts = PromptBuilder(sampling.memory, template=template)
+    try:
+        action_format = ActionFormat.for_env(sampling.action_format, env_metadata(cfg.env))
+    except ValueError as e:
+        raise ConfigError(f"{cfg.env}: {e}") from e
+    prompts = PromptBuilder(sampling.memory, template=template, action_format=action_format)
     agent = LLMAgent(tokenizer, backend, prompts, sampling.sampling(), sampling.max_prompt_tokens)
     return policy, tokenizer, agent
 

@@ -3,7 +3,8 @@
 A randomly initialised (or generic) model almost never finishes a multi-step task, so
 every group would have equal rewards and GRPO/GiGPO would have no signal. The warm-up
 records prompts exactly as the agent builds them, labelled with the env's
-`info["expert_action"]`, and trains on `<action>...</action>` + EOS. While recording, a
+`info["expert_action"]`, and trains on the reply that sends it in the run's action format
+(`<action>...</action>`, a tool call or a JSON call: agents/tools.py) + EOS. While recording, a
 random admissible command is taken with probability `noise` (the label stays the
 expert's): the model then also sees how to recover from states the expert never visits.
 """
@@ -41,7 +42,11 @@ def expert_demos(
             label = info["expert_action"]
             adm = info.get("admissible_commands")
             view = View(info["task"], tuple(history), obs, tuple(adm) if adm is not None else None)
-            target = tok(f"<action>{label}</action>", add_special_tokens=False)["input_ids"]
+            try:
+                reply = agent.reply(label)
+            except ValueError as e:  # an env tool set that cannot express its own expert's command
+                raise ConfigError(f"{env_id}: SFT warm-up: {e}") from e
+            target = tok(reply, add_special_tokens=False)["input_ids"]
             target = target + [tok.eos_token_id]
             demos.append(Sample(agent.prompt_ids(view), target, 0.0, [0.0] * len(target)))
             action = rng.choice(adm) if adm and rng.random() < noise else label
@@ -52,6 +57,10 @@ def expert_demos(
     guarded.close()
     if not demos:
         raise ConfigError(f"{env_id} gives no info['expert_action']; pass --sft-steps 0 to train without warm-up")
+    longest = max(len(d.response_ids) for d in demos)
+    if longest > agent.sampling.max_new_tokens:  # tool calls take more tokens than an action tag
+        note_once(f"the warm-up's replies take up to {longest} tokens but --max-new-tokens is "
+                  f"{agent.sampling.max_new_tokens}: longer replies will be cut off (no complete action)")  # fmt: skip
     return demos
 
 

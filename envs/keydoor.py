@@ -15,6 +15,10 @@ hand). With `compass=True` the observation names the direction of the treasure a
 every lock key not yet carried, so a good next action is a function of what the agent
 sees; without it the agent has to explore and remember.
 
+Tools (`--action-format tool_call|json`): `metadata["tools"]` declares `go`, `take` and `unlock`
+as JSON function schemas; a call becomes the command "<tool> <argument>" (agents/parser.py
+`command_template`), so `{"name": "go", "arguments": {"direction": "north"}}` sends "go north".
+
 Reward is 1 for taking the treasure (the episode then terminates, won) and 0 otherwise.
 `expert_action` is the first action of a shortest plan (breadth-first search over
 position, inventory and door states).
@@ -49,10 +53,24 @@ def _direction(frm: Cell, to: Cell) -> str:
     return "-".join(p for p in (ns, ew) if p) or "here"
 
 
+def _tool(name: str, description: str, arg: str, schema: dict) -> dict:
+    parameters = {"type": "object", "properties": {arg: schema}, "required": [arg]}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+
+_DIRECTION = {"type": "string", "enum": list(DIRS), "description": "a compass direction"}
+TOOLS = (
+    _tool("go", "Walk through an open exit.", "direction", _DIRECTION),
+    _tool("take", "Pick up an item in this room.", "item", {"type": "string", "description": "the item, e.g. red key"}),
+    _tool("unlock", "Unlock the locked door in a direction with the key you carry.", "direction", _DIRECTION),
+)
+
+
 class KeyDoorEnv(TextEnv):
     """Find keys, unlock doors, take the treasure. See the module docstring."""
 
-    metadata = {**TextEnv.metadata, "info_keys": ("state_key", "admissible_commands", "expert_action")}
+    metadata = {**TextEnv.metadata, "info_keys": ("state_key", "admissible_commands", "expert_action"),
+                "tools": TOOLS}  # fmt: skip
 
     def __init__(
         self,

@@ -109,6 +109,18 @@ def test_parser_never_raises_on_1000_adversarial_strings():
         assert parse_action(text)[1] in STATUSES
 
 
+def test_tool_call_parsers_never_raise_on_adversarial_strings():
+    from envs.keydoor import TOOLS
+
+    deep = ["<tool_call>" + "[" * 100_000 + "</tool_call>", "{" * 100_000, '{"name": "act", "arguments": ' * 5000]
+    for text in [*adversarial_strings(600, seed=7), *deep]:
+        for body in (text, f"<tool_call>{text}</tool_call>", f'{{"name": "go", "arguments": {{"direction": "{text}"}}}}'):
+            for fmt in ("tool_call", "json"):
+                for tools in (None, list(TOOLS)):
+                    command, status = parse_action(body, ["go north", "take key"], action_format=fmt, tools=tools)
+                    assert status in STATUSES and isinstance(command, str) and len(command) <= 200
+
+
 @pytest.mark.parametrize(("env_id", "kwargs"), [("KeyDoor-v0", {}), ("Arithmetic-v0", {"level": 3}),
                                                 ("WordProblems-v0", {"level": 3})])  # fmt: skip
 def test_env_step_path_survives_any_text(env_id, kwargs):
