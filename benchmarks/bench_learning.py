@@ -142,6 +142,9 @@ PRESETS = {
         eval_every=4,
         eval_episodes=32,
     ),
+    # Sokoban level 1 (5x5, one box, optimal plans of 6-15 moves, 30-step limit): a short run, to show
+    # the env trains end to end; one seed is a demonstration, not a comparison.
+    "sokoban": Preset("Sokoban-v0", "configs/sokoban.yaml", (), budget=3_000, eval_every=2, eval_episodes=32),
 }
 # (preset, algo) pairs whose final success is compared seed by seed: a - b, from the same warm-ups.
 COMPARISONS = (
@@ -152,6 +155,7 @@ COMPARISONS = (
     (("keydoor-hard", "gigpo"), ("keydoor-hard-defaults", "gigpo")),
     (("keydoor-hard", "grpo"), ("keydoor-hard-defaults", "grpo")),
     (("coin5-solved", "gigpo"), ("coin5-solved", "grpo")),
+    (("sokoban", "gigpo"), ("sokoban", "grpo")),
 )
 # Two-sided 95 % quantiles of Student's t, by degrees of freedom (1-30); beyond, the normal's 1.96.
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
