@@ -56,6 +56,7 @@ class SamplingConfig:
 
 
 BACKENDS = ("hf", "vllm")
+LORA_SYNCS = ("auto", "adapter", "merged")
 
 
 @dataclass
@@ -76,6 +77,9 @@ class EngineConfig:
     """vllm on GPU: shard the engine over this many GPUs."""
     vllm_sleep: bool = False
     """vllm on GPU: free the KV cache (sleep mode) while the learner updates."""
+    vllm_lora_sync: str = "auto"
+    """vllm with --lora-rank: adapter (a sync sends only the LoRA weights; the engine keeps the base), merged
+    (full weights, the adapter merged in), auto (adapter where vLLM can serve it, else merged, with a note)."""
     sync_check_every: int = 1
     """vllm: every N iterations, compare engine and trainer logprobs on a probe batch (0 = never)."""
     sync_probe_size: int = 8
@@ -86,6 +90,7 @@ class EngineConfig:
     def check(self, on_gpu: bool) -> None:
         """The engine's own values; `on_gpu`: whether the run's device is a GPU."""
         choose("backend", self.backend, BACKENDS)
+        choose("vllm_lora_sync", self.vllm_lora_sync, LORA_SYNCS)
         if self.sync_check_every < 0 or self.sync_probe_size < 1 or self.sync_tolerance < 0:
             raise ValueError("need sync_check_every >= 0, sync_probe_size >= 1 and sync_tolerance >= 0")
         if self.backend != "vllm":

@@ -602,6 +602,8 @@ def check_engine(cfg: Config) -> None:
             f"vllm_max_model_len {engine.vllm_max_model_len} < max_prompt_tokens + max_new_tokens "
             f"({sampling.max_prompt_tokens + sampling.max_new_tokens}); raise it or set it to 0 (auto)"
         )
+    if engine.vllm_lora_sync == "adapter" and not cfg.scaling.lora_rank:
+        raise ConfigError("--vllm-lora-sync adapter needs --lora-rank > 0 (without LoRA a sync sends full weights)")
     from agents.vllm_backend import vllm_available
 
     if not vllm_available():

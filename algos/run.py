@@ -151,13 +151,19 @@ def build(cfg: Config, world=distributed.SINGLE, device: str | None = None):
     vocab = len(tokenizer)  # the head's rows beyond it (Qwen2.5: 271 of 151,936) are padding: never sampled
     sampling = cfg.sampling
     if cfg.engine.backend == "vllm":
-        from agents.vllm_backend import VLLMBackend
+        from agents.vllm_backend import VLLMBackend, adapter_rank, merge_note
 
+        try:  # serve the LoRA adapter itself (a sync sends only it), or merge it in at every sync
+            lora_rank, why = adapter_rank(cfg.engine, model)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
+        if why and world.main:
+            note_once(merge_note(why))
         served = adapter_base(path) if is_adapter(path) else path  # an adapter's engine starts from its base
         backend = VLLMBackend(served, eos, cfg.engine, on_gpu=device.startswith("cuda"), seed=cfg.seed + world.rank,
                               vocab=vocab, dtype=cfg.dtype, trust_remote_code=cfg.trust_remote_code,
                               max_model_len=cfg.engine.vllm_max_model_len or sampling.max_prompt_tokens + sampling.max_new_tokens,
-                              external_launcher=world.enabled)  # fmt: skip
+                              external_launcher=world.enabled, lora_rank=lora_rank)  # fmt: skip
         if served != path:
             backend.sync(policy)
     else:

@@ -132,6 +132,8 @@ def test_too_few_informative_samples_are_held_or_dropped_and_held_ones_survive_a
         (["--backend", "vllm", "--vllm-max-model-len", "100"], "vllm_max_model_len 100 < max_prompt_tokens"),
         (["--backend", "vllm", "--vllm-gpu-memory-utilization", "1.5"], "must be in (0, 1]"),
         (["--sync-probe-size", "0"], "sync_probe_size >= 1"),
+        (["--vllm-lora-sync", "fused"], "choose one of: auto, adapter, merged"),
+        (["--backend", "vllm", "--vllm-lora-sync", "adapter"], "needs --lora-rank > 0"),
         (["--rollout-is-cap", "1"], "rollout_is_cap must be > 1"),
         (["--similarity-threshold", "0"], "similarity_threshold must be in (0, 1]"),
     ],

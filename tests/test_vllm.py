@@ -23,9 +23,9 @@ else:
 from agents.agent import LLMAgent, View
 from agents.backend import HFBackend, Sampling
 from agents.generation import EngineConfig
-from agents.model import load_model, load_tokenizer
+from agents.model import add_lora, load_model, load_tokenizer
 from agents.prompt import PromptBuilder
-from agents.vllm_backend import VLLMBackend
+from agents.vllm_backend import VLLMBackend, adapter_rank
 from algos.learner import Learner, LearnerConfig, Sample, collate, response_logprobs
 from algos.weight_sync import SyncError, check_gap, logprob_gap, tolerance_for
 
@@ -167,17 +167,89 @@ def test_check_gap_rejects_nan():
         check_gap({"sync/logprob_diff_max": float("nan")}, 1e-3, "warm-up")
 
 
+def _perturb_adapter(model, scale: float = 0.05) -> None:
+    """A stand-in for an update: move every LoRA weight (B starts at zero, so the adapter becomes nonzero)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_" in name:
+                p.add_(scale * torch.randn_like(p))
+
+
+def test_lora_sync_mode_adapter_where_vllm_can_merged_where_not(tiny_path):
+    base = EngineConfig(backend="vllm")
+    linear = add_lora(load_model(tiny_path, "cpu", torch.float32), 8, 16, 0.0, "all-linear")
+    assert adapter_rank(base, linear) == (8, "")
+    assert adapter_rank(EngineConfig(backend="vllm", vllm_lora_sync="merged"), linear) == (0, "")
+    assert adapter_rank(base, load_model(tiny_path, "cpu", torch.float32)) == (0, "")  # no LoRA: full weights
+    for targets, named in (("q_proj,lm_head", "lm_head"), ("embed_tokens,v_proj", "embed_tokens")):
+        model = add_lora(load_model(tiny_path, "cpu", torch.float32), 8, 16, 0.0, targets)
+        rank, why = adapter_rank(base, model)
+        assert rank == 0 and why.startswith(f"LoRA on {named}: vLLM serves adapters on linear layers only")
+        with pytest.raises(ValueError, match="--vllm-lora-sync adapter: LoRA on"):
+            adapter_rank(EngineConfig(backend="vllm", vllm_lora_sync="adapter"), model)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("lora", [[], ["--lora-rank", "4", "--lr", "3e-3", "--lora-save-merged"]], ids=["full", "lora"])
+def test_lora_adapter_sync_serves_the_new_adapter_and_the_check_catches_a_stale_one(tiny_path, tiny):
+    """Adapter-only sync: the engine keeps its base weights and serves the trainer's adapter; the probe
+    check passes after each sync and fails for the previous adapter, for no adapter, and for new
+    weights loaded under an id the engine already holds (why every sync takes a new id)."""
+    torch.manual_seed(0)
+    _, tokenizer = tiny
+    model = add_lora(load_model(tiny_path, "cpu", torch.float32), 8, 16, 0.0, "all-linear")
+    config = EngineConfig(vllm_kv_cache_gib=0.25, vllm_gpu_memory_utilization=0.2, vllm_lora_sync="adapter")
+    backend = VLLMBackend(tiny_path, [tokenizer.eos_token_id], config, on_gpu=torch.cuda.is_available(), seed=0,
+                          max_model_len=1040, lora_rank=8)  # fmt: skip
+    prompts, sampling, tol = _prompts(tokenizer), Sampling(temperature=1.0, max_new_tokens=8), tolerance_for("float32")
+
+    def gap() -> float:
+        return logprob_gap(backend, model, prompts, sampling, 1.0, tokenizer.pad_token_id)["sync/logprob_diff_max"]
+
+    assert backend.lora_rank == 8 and gap() < LOGPROB_ATOL  # B = 0: the adapter is the identity
+    _perturb_adapter(model)
+    assert gap() > tol  # not synced yet: the engine serves the base model
+    for n in (1, 2):
+        backend.sync(model)
+        assert backend.lora_request.lora_int_id == n and backend.llm.llm_engine.list_loras() == {n}
+        assert gap() < LOGPROB_ATOL  # served logprobs equal the trainer's (HF + peft) ones
+        stale = backend.lora_request
+        _perturb_adapter(model)
+        stale_gap = logprob_gap(backend, model, prompts, sampling, 1.0, tokenizer.pad_token_id)
+        assert stale_gap["sync/logprob_diff_max"] > tol  # the previous adapter: caught
+        with pytest.raises(SyncError, match="stale policy"):
+            check_gap(stale_gap, tol, f"iteration {n}")
+    backend.sync(model)
+    assert gap() < LOGPROB_ATOL
+
+    with model.disable_adapter():  # the engine's base weights were never touched
+        backend.lora_request, synced = None, backend.lora_request
+        assert gap() < LOGPROB_ATOL
+    assert gap() > tol  # no adapter served: caught
+    backend.lora_request = synced
+
+    _perturb_adapter(model)  # new weights on disk, the old id: vLLM keeps serving its cached copy
+    model.save_pretrained(backend.lora_dir)
+    assert gap() > tol and stale.lora_int_id < synced.lora_int_id
+    backend.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "lora",
+    [[], ["--lora-rank", "4", "--lr", "3e-3", "--lora-save-merged"],
+     ["--lora-rank", "4", "--lr", "3e-3", "--lora-save-merged", "--vllm-lora-sync", "merged"]],
+    ids=["full", "lora", "lora-merged"],
+)  # fmt: skip
 def test_two_iteration_training_run_with_vllm(tmp_path, lora):
-    """With LoRA the engine serves W + scale * B @ A computed at every sync: the check after each
-    update proves the merge is right (the adapter's B is nonzero from the first step on)."""
+    """With LoRA the engine serves the adapter itself (auto), or W + scale * B @ A computed at every sync
+    (merged): the check after each update proves either is right (B is nonzero from the first step on)."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "algos.train", "--backend", "vllm", "--iterations", "2", "--num-groups", "2",
            "--group-size", "2", "--sft-steps", "5", "--sft-episodes", "8", "--eval-episodes", "2",
            "--vllm-kv-cache-gib", "0.25", "--max-extra-groups", "2", "--output-dir", str(out), *lora]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "merges the adapter" not in proc.stderr  # auto serves this adapter as an adapter: no fallback note
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     synced = [r for r in rows if "sync/logprob_diff_max" in r]
     assert [r["iteration"] for r in synced] == [0, 1, 2]  # after warm-up and after each update
