@@ -246,7 +246,8 @@ def test_two_iteration_training_run_with_vllm(tmp_path, lora):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "algos.train", "--backend", "vllm", "--iterations", "2", "--num-groups", "2",
            "--group-size", "2", "--sft-steps", "5", "--sft-episodes", "8", "--eval-episodes", "2",
-           "--vllm-kv-cache-gib", "0.25", "--max-extra-groups", "2", "--output-dir", str(out), *lora]  # fmt: skip
+           "--vllm-kv-cache-gib", "0.25", "--max-extra-groups", "2", "--max-new-tokens", "8", "--output-dir", str(out),
+           *lora]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "merges the adapter" not in proc.stderr  # auto serves this adapter as an adapter: no fallback note
