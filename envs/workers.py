@@ -173,13 +173,14 @@ class LocalPool:
     workers = 0
 
     def __init__(self, env_id: str, n: int, env_kwargs: dict, timeout: float) -> None:
-        self.host, self.n = Host(env_id, env_kwargs, timeout), n
+        self.env_id, self.host, self.n = env_id, Host(env_id, env_kwargs, timeout), n
         self.describe()
 
     def describe(self) -> None:
-        status, value = self.host.call(0, "describe")
+        """The spaces and task count of env 0, wherever it lives (every pool's `run` reaches it)."""
+        status, value = self.run([(0, "describe", None)])[0]
         if status != "ok":
-            raise RuntimeError(f"{self.host.env_id}: cannot make the env: {value}")
+            raise RuntimeError(f"{self.env_id}: cannot make the env: {value}")
         self.observation_space, self.action_space, self.num_tasks = value
 
     def run(self, calls: list[Call]) -> list[Outcome]:
@@ -205,8 +206,11 @@ class WorkerPool(LocalPool):
         if failed is not None:
             self.close()
             raise RuntimeError(f"{env_id}: cannot make the env in a worker: {failed}")
-        status, value = self.run([(0, "describe", None)])[0]
-        self.observation_space, self.action_space, self.num_tasks = value
+        try:
+            self.describe()
+        except RuntimeError:
+            self.close()
+            raise
 
     def owner(self, i: int) -> int:
         return i % self.workers
