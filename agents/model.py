@@ -49,9 +49,23 @@ def is_local_path(name: str) -> bool:
 
 
 def is_builtin(name: str) -> bool:
-    """`tiny` or a real-vocabulary profile (agents/profiles.py: tiny-qwen2.5, random-qwen2.5-1.5b):
+    """`tiny` or a profile (agents/profiles.py: tiny-qwen2.5, random-qwen2.5-1.5b, smollm2-135m-instruct):
     built locally on first use."""
     return name == TINY or name in PROFILES
+
+
+def source_problem(name: str) -> str | None:
+    """Why a built-in profile cannot be built here, in one line (smollm2-135m-instruct: its wheel is
+    missing or damaged), or None: it is built already, or needs nothing installed."""
+    from agents.smollm2 import SMOLLM2, SourceError, gguf_file
+
+    if name != SMOLLM2 or (profile_path(name) / "config.json").exists():
+        return None
+    try:
+        gguf_file()
+    except SourceError as e:
+        return str(e)
+    return None
 
 
 def model_missing(name: str) -> bool:
@@ -288,9 +302,36 @@ def enable_gradient_checkpointing(model) -> None:
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
+BF16_MIN_PARAMETERS = 20_000_000  # below this a CPU step is overhead-bound: bf16 buys nothing (docs/benchmarks.md)
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bf16 matrix units (AMX or AVX512-BF16), where bf16 matmuls run about 2x
+    (AVX512-BF16) to 5x (AMX) faster than float32."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:  # not Linux: torch's own probe (AVX512 is not enough; it says nothing about bf16)
+        return torch.backends.cpu.get_cpu_capability() == "AMX"
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def precision(mode: str, device, model) -> str:
+    """`--autocast` resolved to "bf16" or "off". auto: bf16 on a GPU that supports it, and on a CPU
+    with bf16 matrix units (cpu_has_bf16) for a model of at least BF16_MIN_PARAMETERS parameters;
+    off otherwise (the tiny model keeps float32, where its numbers were measured)."""
+    if mode != "auto":
+        return mode
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "off"
+    big = sum(p.numel() for p in model.parameters()) >= BF16_MIN_PARAMETERS
+    return "bf16" if kind == "cpu" and big and cpu_has_bf16() else "off"
+
+
 def autocast(device, mode: str):
-    """The learner's and the HF backend's forward precision: `bf16` autocast, `off`, or `auto`
-    (bf16 on a GPU that supports it, off on CPU, where bf16 matmuls are slow)."""
+    """The learner's and the HF backend's forward precision: `bf16` autocast or `off` (a run resolves
+    `auto` with `precision` once its model is loaded; `auto` here means bf16 on a GPU that has it)."""
     kind = torch.device(device).type
     on = mode == "bf16" or (mode == "auto" and kind == "cuda" and torch.cuda.is_bf16_supported())
     return torch.autocast(kind, dtype=torch.bfloat16) if on else contextlib.nullcontext()

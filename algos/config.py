@@ -83,9 +83,9 @@ class LearnerConfig:
     entropy_coef: float = 0.0
     """Entropy bonus: subtracts entropy_coef x the per-token entropy from the loss."""
     rollout_is: str = "auto"
-    """Rollout/trainer mismatch correction: off, token or sequence; auto = token with vllm, off with hf.
-    On: the trainer recomputes old logprobs and weights each token's loss by pi_trainer / pi_rollout
-    (per token, or per sequence)."""
+    """Rollout/trainer mismatch correction: off, token or sequence; auto = token with vllm or under bf16
+    autocast (a cached decode and a full forward round differently in bf16), off otherwise. On: the trainer
+    recomputes old logprobs and weights each token's loss by pi_trainer / pi_rollout (per token, or per sequence)."""
     rollout_is_mode: str = "truncate"
     """Weights above rollout_is_cap are truncated to it (TIS) or masked to 0 (MIS)."""
     rollout_is_cap: float = 2.0
@@ -541,11 +541,32 @@ def _short(value: object, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+RANDOM_INIT_MODELS = ("tiny", "tiny-qwen2.5", "random-qwen2.5-1.5b")  # built here with random weights
+TOY_TUNED = ("lr", "sft_lr", "sft_batch_size", "sft_steps")  # chosen for the tiny model; too large for a pretrained one
+
+
+def toy_defaults_note(cfg: Config) -> str | None:
+    """A one-line note when a pretrained --model (not one built here with random weights, not a checkpoint
+    of this trainer) runs with the options tuned for the tiny model left at their defaults; None otherwise."""
+    if cfg.model in RANDOM_INIT_MODELS or os.path.isfile(os.path.join(os.path.expanduser(cfg.model), "trainer_state.pt")):
+        return None
+    ours, defaults = flat(cfg), flat(Config())
+    kept = [f"{name} {DEFAULT_SFT_STEPS if ours[name] is None else ours[name]:g}" for name in TOY_TUNED
+            if ours[name] == defaults[name]]  # sft_steps unset: the fresh-model warm-up length
+    if not kept:
+        return None
+    return (f"--model {cfg.model} is pretrained, but {', '.join(kept)} are the defaults tuned for the randomly "
+            "initialised tiny model and were kept; presets for real models are in configs/ "
+            "(e.g. --config configs/smollm2-135m.yaml)")
+
+
 def rollout_is_level(cfg: Config) -> str:
-    """`auto` resolved: a separate engine samples from its own copy of the policy, so correct for it."""
+    """`auto` resolved: a separate engine samples from its own copy of the policy, and in bf16 the HF
+    backend's cached decode rounds differently from the learner's full forward (SmolLM2: first-update
+    token ratios up to 1.16), so correct for either; float32 HF rollouts match the learner (1 + 2e-5)."""
     if cfg.learner.rollout_is != "auto":
         return cfg.learner.rollout_is
-    return "token" if cfg.engine.backend == "vllm" else "off"
+    return "token" if cfg.engine.backend == "vllm" or cfg.learner.autocast == "bf16" else "off"
 
 
 def _cuda_available() -> bool:
@@ -557,7 +578,7 @@ def _cuda_available() -> bool:
 def validate(cfg: Config) -> None:
     """Checks before the model loads: each section's own, then those that span sections, then the
     model, the env (made once) and the reward sources. Raises ConfigError."""
-    from agents.model import adapter_base, is_adapter, model_missing
+    from agents.model import adapter_base, is_adapter, model_missing, source_problem
 
     on_gpu = cfg.engine.backend == "vllm" and (
         cfg.device.startswith("cuda") or (cfg.device == "auto" and _cuda_available())
@@ -585,7 +606,11 @@ def validate(cfg: Config) -> None:
     check_engine(cfg)
     path = os.path.expanduser(cfg.model)
     if model_missing(cfg.model):
-        raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, tiny or tiny-qwen2.5")
+        raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, tiny, "
+                          "tiny-qwen2.5 or smollm2-135m-instruct")  # fmt: skip
+    problem = source_problem(cfg.model)
+    if problem:
+        raise ConfigError(problem)
     if is_adapter(path) and model_missing(adapter_base(path)):
         raise ConfigError(f"{cfg.model} is a LoRA adapter whose base model {adapter_base(path)!r} is not here")
     check_env_id(cfg.env)

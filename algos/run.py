@@ -40,6 +40,7 @@ from agents.model import (
     is_adapter,
     load_model,
     load_tokenizer,
+    precision,
     resolve_model,
     stop_ids,
 )
@@ -168,7 +169,7 @@ def build(cfg: Config, world=distributed.SINGLE, device: str | None = None):
             backend.sync(policy)
     else:
         backend = HFBackend(sampler_model, eos, tokenizer.pad_token_id, sampling.generation_batch_size,
-                            cfg.seed + world.rank, cfg.learner.autocast, vocab)  # fmt: skip
+                            cfg.seed + world.rank, precision(cfg.learner.autocast, device, model), vocab)  # fmt: skip
     template = prompt_template(cfg.env) if sampling.prompt_template == "auto" else sampling.prompt_template
     try:
         action_format = ActionFormat.for_env(sampling.action_format, env_metadata(cfg.env))
@@ -284,6 +285,10 @@ class Run:
         self.loop = LoopState.from_dict(state["iteration"], state.get("loop", {}), world) if state else LoopState()
         built = replace(cfg, model=str(self.ckpt)) if self.ckpt else cfg
         self.model, self.tokenizer, self.agent = build(built, world, device)
+        # --autocast auto resolved for this model and device, as build gave it to the HF backend: the learner
+        # scores in the same precision the rollouts were sampled in, and config.yaml records which
+        self.cfg = cfg = replace(cfg, learner=replace(cfg.learner, autocast=precision(cfg.learner.autocast, device,
+                                                                                       self.model)))  # fmt: skip
         self.dir = RunDir(cfg.output_dir, flat(cfg), purge_step=self.loop.iteration + 1 if self.ckpt else None,
                           write=world.main)  # fmt: skip
         self.say(f"run directory: {self.dir.path}  (tensorboard --logdir {self.dir.path})")

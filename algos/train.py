@@ -39,7 +39,7 @@ from pathlib import Path
 
 from algos import distributed
 from algos.checkpoint import Finished, check_model
-from algos.config import Config, ConfigError, parse_config, validate
+from algos.config import Config, ConfigError, parse_config, toy_defaults_note, validate
 from algos.run import NumericError, RewardError, Run
 from algos.run_dir import RunDir
 from algos.run_lock import check_output_dir
@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         validate(cfg)  # before anything heavy loads
         if resume is None:
             check_model(cfg.model)  # a --model folder's files are intact (cheap: no weights read)
+            if (note := toy_defaults_note(cfg)) and distributed.from_env().main:
+                print(f"note: {note}", file=sys.stderr)
         train(cfg, resume)  # may still find a mistake once the env is loaded (e.g. no expert)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

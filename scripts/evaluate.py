@@ -34,7 +34,8 @@ BASELINES = ("random", "expert", "base", "warm")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m scripts.evaluate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True, help="a checkpoint folder (runs/RUN/checkpoints/iter_N) or model")
+    p.add_argument("--checkpoint", required=True, help="a checkpoint folder (runs/RUN/checkpoints/iter_N), a model "
+                   "folder, or a built-in model (smollm2-135m-instruct: zero-shot)")
     p.add_argument("--env", default="", help="env id; default: the env the checkpoint was trained on")
     p.add_argument("--env-kwargs", nargs="*", default=[], metavar="KEY=VALUE")
     p.add_argument("--episodes", type=int, default=64, help="held-out tasks (K)")
@@ -42,6 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
     p.add_argument("--temperature", type=float, default=None, help="default: the checkpoint's training temperature")
+    p.add_argument("--action-format", default="", choices=["", "tag", "tool_call", "json"],
+                   help="how the model writes its action; default: the checkpoint's (tag)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="reply length cap; default: the checkpoint's")
     p.add_argument("--baselines", nargs="*", default=[], choices=BASELINES)
     p.add_argument("--base-model", default="", help="the `base` baseline's model (default: the config's model)")
     p.add_argument("--backend", default="", choices=["", "hf", "vllm"], help="default: the checkpoint's")
@@ -66,7 +70,7 @@ def load_run_config(checkpoint: str):
 
 def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     """(report, episodes by policy)."""
-    from agents.model import is_model_dir, model_missing
+    from agents.model import is_builtin, is_model_dir, model_missing, resolve_model, source_problem
     from algos.checkpoint import check
     from algos.config import ConfigError, env_kwargs, from_flat, key_value_pairs, validate
     from algos.evaluation import ScriptedAgent, held_out_seeds, play, summarize
@@ -76,6 +80,10 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
         raise ConfigError(f"--episodes must be >= 1 (got {args.episodes})")
     if args.samples < 1 or args.max_envs < 1:
         raise ConfigError("--samples and --max-envs must be >= 1")
+    if is_builtin(args.checkpoint):  # built here on first use, like --model NAME in training
+        if source_problem(args.checkpoint):
+            raise ConfigError(source_problem(args.checkpoint))
+        args.checkpoint = resolve_model(args.checkpoint)
     path = Path(args.checkpoint).expanduser()
     if not is_model_dir(path):
         raise ConfigError(f"checkpoint {args.checkpoint!r} not found (expected a folder with config.json or a "
@@ -94,6 +102,10 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
         options.update(env=args.env, env_kwargs={})
     if args.env_kwargs:
         options["env_kwargs"] = key_value_pairs(args.env_kwargs)
+    if args.action_format:
+        options["action_format"] = args.action_format
+    if args.max_new_tokens is not None:
+        options["max_new_tokens"] = args.max_new_tokens
     if args.greedy or args.temperature is not None:
         options["temperature"] = 0.0 if args.greedy else args.temperature
     cfg = from_flat(options, cfg)

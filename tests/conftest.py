@@ -46,3 +46,14 @@ def qwen_path() -> str:
 @pytest.fixture(scope="session")
 def qwen(qwen_path):
     return _loaded(qwen_path)
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> str:
+    """The real pretrained model `smollm2-135m-instruct` (agents/smollm2.py), converted once per session."""
+    return _built("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_path):
+    return _loaded(smollm2_path)

@@ -75,3 +75,20 @@ def test_a_section_checks_its_own_values():
         validate(parse_config(["--ppo-epochs", "0"]))
     with pytest.raises(ConfigError, match="unknown prompt_template"):
         validate(parse_config(["--prompt-template", "fancy"]))
+
+
+def test_a_pretrained_model_with_the_toys_learning_rates_gets_a_note(tmp_path):
+    from algos.config import toy_defaults_note
+
+    note = toy_defaults_note(parse_config(["--model", "smollm2-135m-instruct"]))
+    assert note and "\n" not in note
+    assert "lr 0.00015, sft_lr 0.001, sft_batch_size 64, sft_steps 90" in note and "configs/smollm2-135m.yaml" in note
+    tuned = toy_defaults_note(parse_config(["--model", "smollm2-135m-instruct", "--lr", "2e-6", "--sft-steps", "0"]))
+    assert "lr 2e-06" not in tuned and "sft_steps" not in tuned and "sft_lr 0.001" in tuned
+    assert toy_defaults_note(parse_config(["--config", "configs/smollm2-135m.yaml"])) is None  # the preset sets them all
+    assert toy_defaults_note(parse_config([])) is None  # the tiny model: the defaults are its own
+    assert toy_defaults_note(parse_config(["--model", "tiny-qwen2.5"])) is None  # random weights
+    ckpt = tmp_path / "iter_3"
+    ckpt.mkdir()
+    (ckpt / "trainer_state.pt").write_bytes(b"")
+    assert toy_defaults_note(parse_config(["--model", str(ckpt)])) is None  # trained here: its run chose them

@@ -124,6 +124,40 @@ def test_bf16_autocast_update_runs_on_cpu(tiny):
     assert model.lm_head.weight.dtype == torch.float32 and not torch.equal(model.lm_head.weight, before)
 
 
+def test_autocast_auto_is_bf16_where_the_cpu_has_bf16_units_and_the_model_is_large(monkeypatch, tiny):
+    import agents.model
+
+    big = torch.nn.Linear(5000, 4000)  # 20M parameters: where bf16 matmuls pay on a CPU
+    for has, expected in ((True, "bf16"), (False, "off")):
+        monkeypatch.setattr(agents.model, "cpu_has_bf16", lambda has=has: has)
+        assert agents.model.precision("auto", "cpu", big) == expected
+        assert agents.model.precision("auto", "cpu", tiny[0]) == "off"  # the 0.9M toy keeps float32
+        assert agents.model.precision("bf16", "cpu", tiny[0]) == "bf16"  # asked for: always
+        assert agents.model.precision("off", "cpu", big) == "off"
+
+
+def test_bf16_rollouts_and_a_bf16_learner_start_at_ratio_one(tiny):
+    """bf16 rollouts from the HF backend's cached decode and the learner's full forward round differently;
+    under bf16, rollout_is auto recomputes the old logprobs, so the first PPO ratio is 1 and the mismatch
+    shows in rollout_is/ (the tiny model's is small; SmolLM2's first-update token ratios reach 1.16)."""
+    from agents.backend import HFBackend, Sampling
+    from algos.config import from_flat
+
+    model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "You are in the hall. Exits: north."}],
+                                           add_generation_prompt=True, tokenize=True, return_dict=False)  # fmt: skip
+    backend = HFBackend(model, [tokenizer.eos_token_id], tokenizer.pad_token_id, seed=0, precision="bf16")
+    out, lps = backend.generate([prompt] * 8, Sampling(temperature=1.0, max_new_tokens=8))
+    batch = [Sample(prompt, r, (-1.0) ** k, lp) for k, (r, lp) in enumerate(zip(out, lps))]
+    cfg = from_flat(dict(autocast="bf16", num_minibatches=1, ppo_epochs=1, lr=1e-12))
+    stats = Learner.for_run(model, cfg, tokenizer.pad_token_id, len(tokenizer)).update(batch)
+    assert stats["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5) and stats["train/ratio_max"] < 1 + 1e-4
+    assert 0.9 < stats["rollout_is/ratio_mean"] < 1.1 and stats["rollout_is/ratio_max"] != 1.0  # the bf16 gap, measured
+    plain = Learner.for_run(copy.deepcopy(tiny[0]), from_flat(dict(autocast="off", num_minibatches=1, ppo_epochs=1)),
+                            tokenizer.pad_token_id, len(tokenizer))  # fmt: skip
+    assert plain.cfg.rollout_is == "off"  # float32 HF rollouts match the learner: nothing to correct
+
+
 @pytest.mark.slow
 def test_torchrun_fsdp_end_to_end(tmp_path, tiny_path):
     out = tmp_path / "run"
