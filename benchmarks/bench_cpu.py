@@ -110,7 +110,8 @@ def learner_part(path: str, batch: int, tokens: int, repeats: int, gflops: float
     return rows
 
 
-def decode_part(path: str, batches: list[int], prompt_tokens: int, repeats: int) -> list[dict]:
+def decode_part(path: str, batches: list[int], prompt_tokens: int, repeats: int, backends: list[str],
+                vllm_dtype: str = "bfloat16") -> list[dict]:
     import torch
 
     from agents.backend import HFBackend
@@ -134,12 +135,14 @@ def decode_part(path: str, batches: list[int], prompt_tokens: int, repeats: int)
             rows.append({"backend": "hf", "precision": precision, "batch": batch,
                          "ms_per_step": 1000 * statistics.median(times[1:])})  # fmt: skip
         del model
-    rows += vllm_decode(path, batches, prompt_tokens)
+    if "vllm" in backends:
+        rows += vllm_decode(path, batches, prompt_tokens, vllm_dtype)
     return rows
 
 
-def vllm_decode(path: str, batches: list[int], prompt_tokens: int) -> list[dict]:
-    """ms per generated token-step of vLLM's engine: (time of 17 new tokens - time of 1) / 16."""
+def vllm_decode(path: str, batches: list[int], prompt_tokens: int, dtype: str) -> list[dict]:
+    """ms per generated token-step of vLLM's engine: (time of 17 new tokens - time of 1) / 16. One engine per
+    process: a second in-process engine finds vLLM's parallel state torn down by the first."""
     from agents.vllm_backend import vllm_available
 
     if not vllm_available():
@@ -155,21 +158,19 @@ def vllm_decode(path: str, batches: list[int], prompt_tokens: int) -> list[dict]
 
     rows = []
     gen = torch.Generator().manual_seed(0)
-    for dtype in ("float32", "bfloat16"):
-        llm = LLM(model=path, dtype=dtype, enforce_eager=True, seed=0, max_model_len=prompt_tokens + 32,
-                  kv_cache_memory_bytes=1 << 30)  # fmt: skip
-        for batch in batches:
-            prompts = [TokensPrompt(prompt_token_ids=torch.randint(3, 49_000, (prompt_tokens,), generator=gen).tolist())
-                       for _ in range(batch)]  # fmt: skip
+    llm = LLM(model=path, dtype=dtype, enforce_eager=True, seed=0, max_model_len=prompt_tokens + 32,
+              kv_cache_memory_bytes=1 << 30)  # fmt: skip
+    for batch in batches:
+        prompts = [TokensPrompt(prompt_token_ids=torch.randint(3, 49_000, (prompt_tokens,), generator=gen).tolist())
+                   for _ in range(batch)]  # fmt: skip
 
-            def run(n, prompts=prompts, llm=llm):
-                llm.reset_prefix_cache()
-                params = SamplingParams(max_tokens=n, min_tokens=n, temperature=0.0, ignore_eos=True)
-                llm.generate(prompts, params, use_tqdm=False)
+        def run(n, prompts=prompts, llm=llm):
+            llm.reset_prefix_cache()
+            params = SamplingParams(max_tokens=n, min_tokens=n, temperature=0.0, ignore_eos=True)
+            llm.generate(prompts, params, use_tqdm=False)
 
-            one, many = median_time(lambda: run(1), 2), median_time(lambda: run(17), 2)
-            rows.append({"backend": "vllm", "precision": dtype, "batch": batch, "ms_per_step": 1000 * (many - one) / 16})
-        del llm
+        one, many = median_time(lambda: run(1), 2), median_time(lambda: run(17), 2)
+        rows.append({"backend": "vllm", "precision": dtype, "batch": batch, "ms_per_step": 1000 * (many - one) / 16})
     return rows
 
 
@@ -199,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=150, help="learner: tokens per sequence")
     p.add_argument("--decode-batches", type=int, nargs="+", default=[16, 64])
     p.add_argument("--prompt-tokens", type=int, default=150, help="decode: prompt length before the timed step")
+    p.add_argument("--decode-backends", nargs="+", choices=("hf", "vllm"), default=["hf", "vllm"])
+    p.add_argument("--vllm-dtype", choices=("float32", "bfloat16"), default="bfloat16",
+                   help="decode: the vLLM engine's dtype (one engine per process)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("runs/bench_cpu"))
     args = p.parse_args(argv)
@@ -217,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         result["learner"] = {"batch": args.batch, "tokens": args.tokens, "rows": rows}
     if "decode" in args.parts:
         result["decode"] = {"prompt_tokens": args.prompt_tokens,
-                            "rows": decode_part(path, args.decode_batches, args.prompt_tokens, args.repeats)}
+                            "rows": decode_part(path, args.decode_batches, args.prompt_tokens, args.repeats,
+                                                args.decode_backends, args.vllm_dtype)}
     print_tables(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(result, indent=2))

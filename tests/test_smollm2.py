@@ -30,14 +30,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_distributed import torchrun  # noqa: E402
+from test_real_vocab import metrics  # noqa: E402  (metrics.jsonl rows without time/ and memory/)
 
 RUN = ["--model", SMOLLM2, "--env", "KeyDoor-Easy-v0", "--env-kwargs", "max_episode_steps", "3", "--num-groups", "2",
        "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "2", "--sft-batch-size", "4", "--sft-lr", "5e-5",
-       "--lr", "2e-6", "--eval-episodes", "2", "--max-new-tokens", "6", "--max-extra-groups", "1"]  # fmt: skip
+       "--lr", "2e-6", "--ppo-epochs", "1", "--num-minibatches", "1", "--eval-episodes", "2", "--max-new-tokens", "6",
+       "--max-extra-groups", "1"]  # fmt: skip
 GREEDY = {  # prompt -> SmolLM2-135M-Instruct's greedy reply (float32, no system message: the template's own)
     "What is the capital of France? Answer in one word.": "The capital of France is Paris.",
     "What is 2 + 3?": "2 + 3 = 5",
-    "Translate 'thank you' into French.": "Merci beaucoup",
+    "Translate 'thank you' into French.": "Je m'aime.",  # a 135M model: fixed, not right
 }
 
 
@@ -178,11 +180,6 @@ def run(tmp_path_factory, smollm2_path) -> Path:
     return out
 
 
-def metrics(run: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith(("time/", "memory/"))} for r in rows]
-
-
 def assert_is_smollm2(ckpt: Path, profile: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -204,7 +201,10 @@ def test_sft_and_rl_on_the_hf_backend(run, smollm2_path):
     assert f"autocast: {'bf16' if cpu_has_bf16() else 'off'}" in config  # auto, resolved for a 135M model
     rl = [r for r in rows if "train/loss" in r]
     assert rl, "no update ran"
-    assert all(abs(r["train/ratio_mean"] - 1.0) < 0.05 for r in rl)  # rollouts and learner in the same precision
+    # one optimizer step per update: its ratio is that of the rollout policy. In bf16 the learner recomputes the
+    # old logprobs (rollout_is auto = token) and the rollout gap shows in rollout_is/; in float32 they agree.
+    assert all(abs(r["train/ratio_max"] - 1.0) < 1e-3 for r in rl)
+    assert all(("rollout_is/ratio_max" in r) == cpu_has_bf16() for r in rl)
     for it in (0, 2):
         assert_is_smollm2(run / "checkpoints" / f"iter_{it}", Path(smollm2_path))
 
@@ -223,8 +223,9 @@ def test_evaluate_the_model_zero_shot_and_a_checkpoint(run, tmp_path):
     from scripts.evaluate import main as evaluate_main
 
     out = tmp_path / "zero.json"
-    assert evaluate_main(["--checkpoint", SMOLLM2, "--env", "KeyDoor-Easy-v0", "--episodes", "2",
-                          "--action-format", "tool_call", "--output", str(out), "--no-plots"]) == 0  # fmt: skip
+    assert evaluate_main(["--checkpoint", SMOLLM2, "--env", "KeyDoor-Easy-v0", "--env-kwargs", "max_episode_steps=2",
+                          "--episodes", "2", "--action-format", "tool_call", "--max-new-tokens", "8", "--output",
+                          str(out), "--no-plots"]) == 0  # fmt: skip
     assert json.loads(out.read_text())["policies"]["model"]["episodes"] == 2
     out = tmp_path / "ckpt.json"
     assert evaluate_main(["--checkpoint", str(run / "checkpoints" / "iter_2"), "--episodes", "2", "--baselines",

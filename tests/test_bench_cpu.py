@@ -1,0 +1,42 @@
+"""Smoke tests of benchmarks/bench_cpu.py and benchmarks/bench_zero_shot.py at their smallest sizes, on the
+tiny model: every part runs to completion and writes the numbers it prints."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import bench_cpu, bench_zero_shot
+
+
+def test_bench_cpu_every_part_on_the_tiny_model(tmp_path, tiny_path, capsys):
+    flags = ["--model", "tiny", "--batch", "2", "--tokens", "6", "--decode-batches", "2", "--prompt-tokens", "5",
+             "--repeats", "1", "--decode-backends", "hf", "--out", str(tmp_path)]  # fmt: skip
+    assert bench_cpu.main(flags) == 0
+    result = json.loads((tmp_path / "summary.json").read_text())
+    assert result["matmul"]["float32"] > 0 and result["matmul"]["bfloat16"] > 0
+    learner = result["learner"]["rows"]
+    assert [r["precision"] for r in learner] == list(bench_cpu.PRECISIONS)
+    assert all(r["seconds"] > 0 and r["ratio"] > 0 for r in learner)
+    decode = result["decode"]["rows"]
+    assert [(r["precision"], r["batch"]) for r in decode] == [(p, 2) for p in bench_cpu.PRECISIONS]
+    assert "x pure matmul" in capsys.readouterr().out
+
+
+def test_forward_flops_by_hand():
+    class Config:  # 1 layer, width 4, 2 heads of 2, 1 KV head, MLP 8, vocabulary 10
+        hidden_size, num_hidden_layers, intermediate_size = 4, 1, 8
+        num_attention_heads, num_key_value_heads, vocab_size, head_dim = 2, 1, 10, 2
+
+    # per token: q 4x4 + k,v 2 x 4x2 + o 4x4 + MLP 3 x 4x8 + head 4x10 = 16 + 16 + 16 + 96 + 40 = 184 multiply-adds;
+    # attention over 3 tokens, causal: 2 (QK, AV) x 2 heads x 2 dims x (1 + 2 + 3) = 48
+    assert bench_cpu.forward_flops(Config, batch=1, tokens=3) == 2 * (3 * 184 + 48)
+
+
+def test_bench_zero_shot_writes_a_cell_per_env_and_format(tmp_path, tiny_path):
+    flags = ["--model", tiny_path, "--envs", "Arithmetic-v0", "--formats", "tag", "json", "--episodes", "2",
+             "--max-new-tokens", "4", "--out", str(tmp_path)]  # fmt: skip
+    assert bench_zero_shot.main(flags) == 0
+    rows = json.loads((tmp_path / "summary.json").read_text())["rows"]
+    assert [(r["env"], r["format"]) for r in rows] == [("Arithmetic-v0", "tag"), ("Arithmetic-v0", "json")]
+    assert all(r["episodes"] == 2 and 0 <= r["parsed_rate"] <= 1 and 0 <= r["valid_rate"] <= 1 for r in rows)
+    assert "| Arithmetic-v0 | json |" in (tmp_path / "summary.md").read_text()
