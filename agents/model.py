@@ -26,6 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from agents.profiles import PROFILES, profile_path, save_atomically
+from agents.smollm2 import SMOLLM2, SourceError, build_smollm2, gguf_file
 from envs.base import cache_dir
 
 TINY = "tiny"
@@ -39,6 +40,9 @@ SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAGS = ["<think>", "</think>", "<action>", "</action>"]
 
 
+BUILDERS = {**PROFILES, SMOLLM2: build_smollm2}  # the built-in models besides tiny: name -> build(path)
+
+
 def tiny_model_path() -> Path:
     return cache_dir() / f"tiny-qwen2-{TINY_VERSION}"
 
@@ -49,16 +53,15 @@ def is_local_path(name: str) -> bool:
 
 
 def is_builtin(name: str) -> bool:
-    """`tiny` or a profile (agents/profiles.py: tiny-qwen2.5, random-qwen2.5-1.5b, smollm2-135m-instruct):
+    """`tiny` or another built-in model (agents/profiles.py: tiny-qwen2.5, random-qwen2.5-1.5b; agents/smollm2.py:
+    smollm2-135m-instruct):
     built locally on first use."""
-    return name == TINY or name in PROFILES
+    return name == TINY or name in BUILDERS
 
 
 def source_problem(name: str) -> str | None:
     """Why a built-in profile cannot be built here, in one line (smollm2-135m-instruct: its wheel is
     missing or damaged), or None: it is built already, or needs nothing installed."""
-    from agents.smollm2 import SMOLLM2, SourceError, gguf_file
-
     if name != SMOLLM2 or (profile_path(name) / "config.json").exists():
         return None
     try:
@@ -79,7 +82,7 @@ def resolve_model(name: str) -> str:
         return os.path.expanduser(name) if is_local_path(name) else name
     path = tiny_model_path() if name == TINY else profile_path(name)
     if not (path / "config.json").exists():
-        (build_tiny_model if name == TINY else PROFILES[name])(path)
+        (build_tiny_model if name == TINY else BUILDERS[name])(path)
     return str(path)
 
 

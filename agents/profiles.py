@@ -39,7 +39,6 @@ import torch
 
 QWEN25 = "tiny-qwen2.5"
 QWEN25_1_5B = "random-qwen2.5-1.5b"
-SMOLLM2 = "smollm2-135m-instruct"  # a real pretrained model, converted from a GGUF wheel (agents/smollm2.py)
 BODIES = {  # Qwen2Config fields of each profile; everything else is Qwen2.5's
     QWEN25: dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
                  num_key_value_heads=1),
@@ -185,11 +184,4 @@ def save_atomically(path: Path, model, tokenizer) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def build_smollm2(path: Path) -> None:
-    from agents.smollm2 import build_smollm2 as build
-
-    build(path)
-
-
-PROFILES = {QWEN25: build_qwen25, QWEN25_1_5B: lambda path: build_qwen25(path, name=QWEN25_1_5B),
-            SMOLLM2: build_smollm2}  # fmt: skip
+PROFILES = {QWEN25: build_qwen25, QWEN25_1_5B: lambda path: build_qwen25(path, name=QWEN25_1_5B)}
