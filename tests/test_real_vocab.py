@@ -69,13 +69,18 @@ def test_sft_and_rl_on_the_hf_backend_keep_vocab_tying_and_tokenizer(run, qwen_p
         assert_keeps_the_checkpoint_shape(run / "checkpoints" / f"iter_{it}", Path(qwen_path))
 
 
-@pytest.mark.slow
-def test_resume_logs_what_the_uninterrupted_run_logged(run, tmp_path):
+def assert_resume_relogs(run: Path, tmp_path: Path) -> None:
+    """A copy of a 2-iteration run cut back to its iter_1 checkpoint resumes and logs what the run logged."""
     crashed = tmp_path / "crashed"
     shutil.copytree(run, crashed)
     shutil.rmtree(crashed / "checkpoints" / "iter_2")
     assert main(["--resume", str(crashed)]) == 0
     assert metrics(crashed) == metrics(run)
+
+
+@pytest.mark.slow
+def test_resume_logs_what_the_uninterrupted_run_logged(run, tmp_path):
+    assert_resume_relogs(run, tmp_path)
 
 
 @pytest.mark.slow

@@ -14,7 +14,6 @@ import base64
 import hashlib
 import importlib.metadata
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_distributed import torchrun  # noqa: E402
-from test_real_vocab import metrics  # noqa: E402  (metrics.jsonl rows without time/ and memory/)
+from test_real_vocab import assert_resume_relogs, metrics  # noqa: E402
 
 RUN = ["--model", SMOLLM2, "--env", "KeyDoor-Easy-v0", "--env-kwargs", "max_episode_steps", "3", "--num-groups", "2",
        "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "2", "--sft-batch-size", "4", "--sft-lr", "5e-5",
@@ -211,11 +210,7 @@ def test_sft_and_rl_on_the_hf_backend(run, smollm2_path):
 
 @pytest.mark.slow
 def test_resume_logs_what_the_uninterrupted_run_logged(run, tmp_path):
-    crashed = tmp_path / "crashed"
-    shutil.copytree(run, crashed)
-    shutil.rmtree(crashed / "checkpoints" / "iter_2")
-    assert main(["--resume", str(crashed)]) == 0
-    assert metrics(crashed) == metrics(run)
+    assert_resume_relogs(run, tmp_path)
 
 
 @pytest.mark.slow
