@@ -228,7 +228,7 @@ class Learner:
             samples, is_stats = self._recompute_old_logprobs(samples)
             for k, (v, w) in is_stats.items():
                 add(k, v, w)
-        steps, stopped = 0, False
+        steps, stopped, backward_tokens = 0, False, 0
         for _ in range(cfg.ppo_epochs):
             order = list(range(len(samples)))
             self.rng.shuffle(order)
@@ -239,10 +239,13 @@ class Learner:
                 mini = [samples[i] for i in order[mb::n_mb]]
                 loss, stats, stopped = self._step(mini)
                 steps += not stopped
+                backward_tokens += sum(len(s.response_ids) for s in mini)
                 add("train/loss", loss)
                 for k, (v, w) in stats.items():
                     add(k, v, w)
         add("train/optimizer_steps", float(steps))
+        # response tokens that went through a forward and backward pass, all ranks and epochs (the work done)
+        add("train/backward_tokens", float(all_sum([backward_tokens], self.world)[0]))
         add("train/early_stopped", float(stopped))  # the KL target ended the epochs before the last planned step
         out = merge_stats(gather((sums, counts), self.world))  # over ranks (one rank: sums / counts)
         # With beta == 0 no reference model exists; train/kl then measures the drift from

@@ -9,12 +9,16 @@ hardware  The default job (KeyDoor-v0, GiGPO, 8 x 8 rollouts, SFT warm-up first)
           with nothing else around them: generation as a KV-cached forward loop over the
           recorded batches, teacher-forcing the sampled tokens (the model work of sampling them,
           without sampling, bookkeeping or env), and the update as forward + backward + AdamW
-          step over the same micro-batches, collated beforehand. The ratio is an iteration's
+          step over the same micro-batches, collated beforehand (an iteration whose update was
+          skipped or held replays its generation only; the replay's trained-on tokens and optimizer
+          steps are checked against the run's metrics). The ratio is an iteration's
           wall time (`time/wall_s`: everything, logging included) over the sum of the two; the
           breakdown comes from the iteration's own `time/*` tags.
 trl       Completions per second of this trainer and of TRL's GRPOTrainer on one single-turn
-          workload (Arithmetic-v0; same model, prompts, group size, batch, max new tokens,
-          temperature, loss type): benchmarks/trl_compare.py.
+          workload (Arithmetic-v0; same warm start, prompts, group size, batch, max new tokens,
+          temperature, loss type), over work recorded on both sides and checked equal (completions,
+          generated and trained-on tokens, optimizer steps): benchmarks/trl_compare.py. `--trl-model
+          smollm2-135m-instruct` runs it on the real model.
 gigpo     `compute_advantages` (the trainer's call: rows from Step records, anchor grouping,
           GiGPO advantages, anchor statistics) on 10^4, 10^5 and 10^6 synthetic steps shaped like
           KeyDoor's (groups of 8 trajectories of 1-19 steps, lockstep order, str state keys), and
@@ -27,6 +31,7 @@ measured iteration is the second one: the first pays for one-time warm-ups (allo
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import random
 import sys
@@ -34,6 +39,8 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+from benchmarks.trl_compare import UnequalWork  # the one error of a comparison whose sides did different work
 
 PARTS = ("hardware", "trl", "gigpo")
 
@@ -45,12 +52,13 @@ PARTS = ("hardware", "trl", "gigpo")
 def recording():
     """Record every HF generate call and every learner optimizer step, in order; the real methods
     run unchanged. Entries: ("generate", prompts, responses, batch_size), ("step", samples) and
-    ("update",) when an update ends (one per iteration)."""
+    ("log",) when an iteration's metrics line is written (one per iteration, whether or not it updated)."""
     from agents.backend import HFBackend
     from algos.learner import Learner
+    from algos.run import Run
 
     calls: list[tuple] = []
-    generate, step, update = HFBackend.generate, Learner._step, Learner.update
+    generate, step, log = HFBackend.generate, Learner._step, Run.log
 
     def recorded_generate(self, prompts, sampling):
         out = generate(self, prompts, sampling)
@@ -61,28 +69,51 @@ def recording():
         calls.append(("step", list(mini)))
         return step(self, mini)
 
-    def recorded_update(self, samples):
-        out = update(self, samples)
-        calls.append(("update",))
+    def recorded_log(self, *args, **kwargs):
+        out = log(self, *args, **kwargs)
+        calls.append(("log",))
         return out
 
-    HFBackend.generate, Learner._step, Learner.update = recorded_generate, recorded_step, recorded_update
+    HFBackend.generate, Learner._step, Run.log = recorded_generate, recorded_step, recorded_log
     try:
         yield calls
     finally:
-        HFBackend.generate, Learner._step, Learner.update = generate, step, update
+        HFBackend.generate, Learner._step, Run.log = generate, step, log
 
 
 def by_iteration(calls: list[tuple]) -> list[list[tuple]]:
-    """The recorded calls cut at each update's end: entry k holds iteration k+1's calls."""
+    """The recorded calls cut at each iteration's log: entry k holds iteration k+1's calls (the SFT
+    warm-up's and evaluation's generate calls fall into the iteration whose wall time holds them)."""
     out, current = [], []
     for call in calls:
-        if call[0] == "update":
+        if call[0] == "log":
             out.append(current)
             current = []
         else:
             current.append(call)
     return out
+
+
+def replayed_work(calls: list[tuple]) -> dict[str, int]:
+    """What an iteration's recorded calls hold: generated tokens, response tokens through forward and
+    backward, backward passes (optimizer steps, a KL-stopped one included)."""
+    return {"generated_tokens": sum(len(r) for c in calls if c[0] == "generate" for r in c[2]),
+            "backward_tokens": sum(len(s.response_ids) for c in calls if c[0] == "step" for s in c[1]),
+            "optimizer_steps": sum(c[0] == "step" for c in calls)}  # fmt: skip
+
+
+def logged_work(row: dict) -> dict[str, int]:
+    """The same, as the run logged it (an iteration without an update logs no train/ keys)."""
+    return {"backward_tokens": round(row.get("train/backward_tokens", 0.0)),
+            "optimizer_steps": round(row.get("train/optimizer_steps", 0.0) + row.get("train/early_stopped", 0.0))}  # fmt: skip
+
+
+def check_replay(row: dict, work: dict[str, int]) -> None:
+    """The replay trains on exactly what the run trained on, or UnequalWork."""
+    logged = logged_work(row)
+    if any(logged[k] != work[k] for k in logged):
+        raise UnequalWork(f"iteration {row['iteration']}: the run logged {logged}, the replay holds "
+                          f"{ {k: work[k] for k in logged} }")  # fmt: skip
 
 
 def pure_generation(model, calls: list[tuple], pad_id: int) -> float:
@@ -126,6 +157,8 @@ def pure_update(model, calls: list[tuple], pad_id: int, micro_batch_size: int, t
         mini = batch_order(mini, share_prompts)
         chunks = [mini[i : i + micro_batch_size] for i in range(0, len(mini), micro_batch_size)]
         steps.append([collate(c, pad_id, model.device, share_prompts) for c in chunks])
+    if not steps:  # an iteration whose update was skipped or held
+        return 0.0
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
     start = time.perf_counter()
@@ -159,18 +192,27 @@ def hardware(iterations: int, out: Path, model: str | None, flags: list[str] | N
     final = max(run.path.glob("checkpoints/iter_*"), key=lambda p: int(p.name.split("_")[1]))
     tokenizer = load_tokenizer(str(final))
     replay = load_model(str(final), "cpu", torch.float32)  # the same architecture; the weights do not change the work
+    iterations = by_iteration(calls)
+    if len(rows) != len(iterations):
+        raise UnequalWork(f"{len(rows)} metrics lines but {len(iterations)} iterations recorded")
     per_iteration = []
-    for row, its_calls in list(zip(rows, by_iteration(calls)))[1:]:  # the first iteration pays one-time costs
+    temperature = cfg.sampling.temperature or 1.0
+    for row, its_calls in list(zip(rows, iterations))[1:]:  # the first iteration pays one-time costs
+        work = replayed_work(its_calls)
+        check_replay(row, work)
         gen = pure_generation(replay, its_calls, tokenizer.pad_token_id)
-        upd = pure_update(replay, its_calls, tokenizer.pad_token_id, cfg.learner.micro_batch_size, cfg.sampling.temperature or 1.0)
-        unshared = pure_update(replay, its_calls, tokenizer.pad_token_id, cfg.learner.micro_batch_size,
-                               cfg.sampling.temperature or 1.0, share_prompts=False)  # fmt: skip
-        tokens = sum(len(r) for c in its_calls if c[0] == "generate" for r in c[2])
+        upd = pure_update(replay, its_calls, tokenizer.pad_token_id, cfg.learner.micro_batch_size, temperature)
+        unshared = pure_update(replay, its_calls, tokenizer.pad_token_id, cfg.learner.micro_batch_size, temperature,
+                               share_prompts=False)  # fmt: skip
         per_iteration.append({"iteration": row["iteration"], "wall_s": row["time/wall_s"], "pure_generation_s": gen,
-                              "pure_update_s": upd, "pure_update_unshared_s": unshared, "ratio": row["time/wall_s"] / (gen + upd),
-                              "generated_tokens": tokens, "env_steps": sum(len(c[1]) for c in its_calls
-                                                                           if c[0] == "generate"),
+                              "pure_update_s": upd, "pure_update_unshared_s": unshared,
+                              "ratio": row["time/wall_s"] / (gen + upd),
+                              "update_skipped": row.get("train/update_skipped", 0.0), **work,
+                              "env_steps": sum(len(c[1]) for c in its_calls if c[0] == "generate"),
                               **{k: row[f"time/{k}_s"] for k in TIME_SECTIONS}})  # fmt: skip
+    if not per_iteration:
+        raise UnequalWork(f"no iteration after the first to measure: the run logged {len(rows)} metrics "
+                          "lines (--max-env-steps?)")  # fmt: skip
     mean = {k: sum(p[k] for p in per_iteration) / len(per_iteration) for k in per_iteration[0]}
     mean["ratio"] = mean["wall_s"] / (mean["pure_generation_s"] + mean["pure_update_s"])
     return {"iterations": per_iteration, "mean": mean, "peak_rss_gib": rows[-1].get("memory/peak_rss_gib")}
@@ -185,6 +227,10 @@ def print_hardware(result: dict) -> None:
     print(f"{'ratio wall / (generation + update)':<44}{m['ratio']:8.3f}   (target <= 1.15)")
     print(f"{'  (update without shared prompts':<44}{m['pure_update_unshared_s']:8.2f} s)")
     print(f"per iteration: {[round(p['ratio'], 3) for p in result['iterations']]}")
+    skipped = sum(p["update_skipped"] for p in result["iterations"])
+    print(f"work per iteration (the run's and the replay's, checked equal): {m['generated_tokens']:.0f} generated "
+          f"tokens, {m['backward_tokens']:.0f} trained on in {m['optimizer_steps']:.1f} optimizer steps; "
+          f"{skipped:.0f} of {len(result['iterations'])} updates skipped (no informative group)")  # fmt: skip
     rollout_rest = m["rollout"] - m["env"] - m["prompt"] - m["generate"] - m["parse"]
     rest = m["wall_s"] - m["rollout"] - m["advantage"] - m["train"] - m["sync"] - m["log"]
     parts = [("env (reset, step)", m["env"]), ("prompt building (template, tokenize)", m["prompt"]),
@@ -195,9 +241,9 @@ def print_hardware(result: dict) -> None:
     print(f"{'breakdown':<44}{'s':>8}{'share':>8}")
     for name, v in parts:
         print(f"  {name:<42}{v:8.3f}{v / m['wall_s']:8.1%}")
+    update = f"{m['train'] / m['pure_update_s']:.3f}x" if m["pure_update_s"] > 0 else "none (no update ran)"
     print(f"generation overhead over pure: {m['generate'] / m['pure_generation_s']:.3f}x; "
-          f"update overhead over pure: {m['train'] / m['pure_update_s']:.3f}x; "
-          f"peak RSS {result['peak_rss_gib']:.2f} GiB")  # fmt: skip
+          f"update overhead over pure: {update}; peak RSS {result['peak_rss_gib']:.2f} GiB")  # fmt: skip
 
 
 # ---- gigpo: grouping + advantages at scale ---------------------------------------------
@@ -256,6 +302,30 @@ def print_gigpo(result: list[dict], iteration: dict | None) -> None:
               f"= {iteration['advantage'] / iteration['wall_s']:.4%} (target <= 0.1 %)")  # fmt: skip
 
 
+# ---- trl: against TRL's GRPOTrainer, then our side replayed --------------------------
+
+
+def trl_part(w) -> dict:
+    """benchmarks/trl_compare.py on workload `w` from one shared warm start; then our side once more,
+    replayed as in `hardware`: what bounds the ratio. UnequalWork when the sides' work differs."""
+    from benchmarks import trl_compare as tc
+
+    with tempfile.TemporaryDirectory() as tmp:
+        w = tc.warm_start(w, Path(tmp))
+        result = {"ours": tc.run_ours(w), "trl": tc.run_trl(w)}
+        result["ratio"] = tc.print_comparison(result["ours"], result["trl"], w)
+        tc.check_equal_work(result["ours"], result["trl"])  # UnequalWork: no ratio, and no replay
+        hw = hardware(w.steps + 1, Path(tmp), None, tc.our_flags(w, str(Path(tmp) / "run")))["mean"]
+    result["ours_hardware"] = hw
+    trl_step = sum(result["trl"]["step_seconds"]) / len(result["trl"]["step_seconds"])
+    pure = hw["pure_generation_s"] + hw["pure_update_s"]
+    print(f"our step replayed: {hw['wall_s']:.3f} s wall = {hw['ratio']:.2f} x its pure model work "
+          f"({hw['pure_generation_s']:.3f} s generation + {hw['pure_update_s']:.3f} s update; "
+          f"{hw['pure_update_unshared_s']:.3f} s without shared prompts); TRL's step {trl_step:.3f} s = "
+          f"{trl_step / pure:.2f} x our pure model work (the ratio with no overhead at all)")  # fmt: skip
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_speed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -264,7 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=None, help="hardware: start from this (warmed-up) checkpoint, no SFT")
     p.add_argument("--train-flags", nargs=argparse.REMAINDER, default=[],
                    help="hardware: more algos.train flags (last on the line), e.g. a smaller job")  # fmt: skip
-    p.add_argument("--trl-steps", type=int, default=6, help="trl: timed optimizer steps per side")
+    p.add_argument("--trl-flags", nargs=argparse.REMAINDER, default=[],
+                   help="trl: benchmarks.trl_compare flags (last on the line): --model, --steps, --sft-steps, "
+                        "--prompts, --group-size")  # fmt: skip
     p.add_argument("--gigpo-sizes", type=int, nargs="+", default=[10**4, 10**5, 10**6])
     p.add_argument("--repeats", type=int, default=3, help="gigpo: timings per size (the best is kept)")
     p.add_argument("--out", type=Path, default=Path("runs/bench_speed"))
@@ -273,33 +345,25 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --iterations must be at least 2 (the first iteration is not measured)", file=sys.stderr)
         return 2
     if "trl" in args.parts:
-        try:
-            import trl  # noqa: F401
-        except ImportError:
+        from benchmarks.trl_compare import workload
+
+        if importlib.util.find_spec("trl") is None:
             print("error: the TRL comparison needs trl: scripts/setup.sh bench (or pip install -e .[bench])",
                   file=sys.stderr)  # fmt: skip
             return 2
+        w = workload(args.trl_flags, "python -m benchmarks.bench_speed --trl-flags")
     args.out.mkdir(parents=True, exist_ok=True)
     summary: dict = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        if "hardware" in args.parts:
-            summary["hardware"] = hardware(args.iterations, Path(tmp), args.model, args.train_flags)
-            print_hardware(summary["hardware"])
-    if "trl" in args.parts:
-        from benchmarks.trl_compare import Workload, our_flags, print_comparison, run_ours, run_trl
-
-        w = Workload(steps=args.trl_steps)
-        summary["trl"] = {"ours": run_ours(w), "trl": run_trl(w)}
-        print_comparison(summary["trl"]["ours"], summary["trl"]["trl"])
-        with tempfile.TemporaryDirectory() as tmp:  # our side once more, replayed: what bounds the ratio
-            hw = hardware(w.steps + 1, Path(tmp), None, our_flags(w, str(Path(tmp) / "run")))["mean"]
-        summary["trl"]["ours_hardware"] = hw
-        trl_step = sum(summary["trl"]["trl"]["step_seconds"]) / len(summary["trl"]["trl"]["step_seconds"])
-        pure = hw["pure_generation_s"] + hw["pure_update_s"]
-        print(f"our step replayed: {hw['wall_s']:.3f} s wall = {hw['ratio']:.2f} x its pure model work "
-              f"({hw['pure_generation_s']:.3f} s generation + {hw['pure_update_s']:.3f} s update; "
-              f"{hw['pure_update_unshared_s']:.3f} s without shared prompts); TRL's step {trl_step:.3f} s = "
-              f"{trl_step / pure:.2f} x our pure model work (the ratio with no overhead at all)")  # fmt: skip
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            if "hardware" in args.parts:
+                summary["hardware"] = hardware(args.iterations, Path(tmp), args.model, args.train_flags)
+                print_hardware(summary["hardware"])
+        if "trl" in args.parts:
+            summary["trl"] = trl_part(w)
+    except UnequalWork as e:
+        print(f"error: no ratio: {e}", file=sys.stderr)
+        return 1
     if "gigpo" in args.parts:
         summary["gigpo"] = gigpo_scaling(args.gigpo_sizes, args.repeats)
         print_gigpo(summary["gigpo"], summary.get("hardware", {}).get("mean"))

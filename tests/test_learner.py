@@ -278,9 +278,13 @@ def test_a_kl_target_stops_the_update_before_the_step_that_would_pass_it(tiny):
     cfg = LearnerConfig(rollout_is="token", ppo_epochs=2, num_minibatches=2, lr=1e-2)
     free = Learner(copy.deepcopy(model), cfg, tokenizer.pad_token_id).update(samples)
     assert free["train/optimizer_steps"] == 4 and free["train/early_stopped"] == 0
+    tokens = sum(len(s.response_ids) for s in samples)
+    assert free["train/backward_tokens"] == 2 * tokens  # every response, once per epoch
     assert free["train/approx_kl"] > 1e-6  # the later mini-batches measured the policy's move
     m = copy.deepcopy(model)
     before = [p.detach().clone() for p in m.parameters()]
     stopped = Learner(m, replace(cfg, target_kl=1e-9), tokenizer.pad_token_id).update(samples)
     assert stopped["train/optimizer_steps"] == 1 and stopped["train/early_stopped"] == 1
+    # the second mini-batch ran its forward and backward before its KL stopped the step: one epoch's tokens
+    assert stopped["train/backward_tokens"] == tokens
     assert any(not torch.equal(a, b) for a, b in zip(before, m.parameters()))  # the first step was taken
