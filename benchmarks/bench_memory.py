@@ -7,7 +7,9 @@ Every variant is a real short training run of `python -m algos.train` (through t
 2-rank variants) with the same rollout budget; the trainer writes each rank's peak resident
 memory (and peak CUDA allocation on a GPU) to the run's memory.json, and this script prints
 them side by side, next to the bytes of the model state a rank holds (weights, gradients, AdamW
-moments) and a bare process that has only imported torch and transformers (the floor).
+moments) and a bare process that has only imported torch and transformers (the floor). Every child
+starts through a bare launcher (benchmarks.bench_vocab `bare`): a child's peak RSS would otherwise
+start at this process's own (a test runner's, or this one's after it loaded a large model).
 
 `small` is a 26M-parameter Qwen2 model (hidden 512, 8 layers) built locally with the tiny
 model's tokenizer, so nothing is downloaded; on a GPU pass `--models Qwen/Qwen2.5-1.5B-Instruct`
@@ -22,6 +24,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from benchmarks.bench_vocab import bare
 
 VARIANTS = {  # name: (processes, trainer flags)
     "full": (1, []),
@@ -57,7 +61,7 @@ def floor_gib() -> float:
     """Peak RSS of a process that only imports torch and transformers."""
     code = ("import resource, torch, transformers; "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)")  # fmt: skip
-    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    return float(subprocess.run(bare([sys.executable, "-c", code]), capture_output=True, text=True, check=True).stdout)
 
 
 def model_state_gib(model: str, variant: str, ranks: int, lora_rank: int = 16) -> float:
@@ -86,10 +90,10 @@ def run(model: str, variant: str, iterations: int, out: Path, device: str) -> li
                  "--output-dir", str(run_dir), "--overwrite", *RUN, *flags]  # fmt: skip
         cmd = [sys.executable, *train]
         if procs > 1:
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs), *train]
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs), *train]  # fmt: skip
         print("$", " ".join(cmd[1:]), file=sys.stderr)
         env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // procs))}
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        subprocess.run(bare(cmd), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     return json.loads((run_dir / "memory.json").read_text())["ranks"]
 
 
@@ -119,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             row = dict(model=name, variant=variant, ranks=len(ranks), peak_rss_gib=rss, model_state_gib=state,
                        cuda_peak_gib=cuda)  # fmt: skip
             table.append(row)
-            shown = " / ".join(f"{v:.2f}" for v in rss) + (f" (CUDA {' / '.join(f'{v:.2f}' for v in cuda)})" if cuda else "")
+            shown = " / ".join(f"{v:.2f}" for v in rss) + (f" (CUDA {' / '.join(f'{v:.2f}' for v in cuda)})" if cuda else "")  # fmt: skip
             above = " / ".join(f"{v - floor:.2f}" for v in rss)
             print(f"| {name} | {variant} | {len(ranks)} | {shown} | {above} | {state:.3f} |", flush=True)
     (out / "summary.json").write_text(json.dumps({"floor_gib": floor, "runs": table}, indent=1) + "\n")

