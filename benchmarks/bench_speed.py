@@ -17,8 +17,8 @@ hardware  The default job (KeyDoor-v0, GiGPO, 8 x 8 rollouts, SFT warm-up first)
 trl       Completions per second of this trainer and of TRL's GRPOTrainer on one single-turn
           workload (Arithmetic-v0; same warm start, prompts, group size, batch, max new tokens,
           temperature, loss type), over work recorded on both sides and checked equal (completions,
-          generated and trained-on tokens, optimizer steps): benchmarks/trl_compare.py. `--trl-model
-          smollm2-135m-instruct` runs it on the real model.
+          generated and trained-on tokens, optimizer steps): benchmarks/trl_compare.py. `--trl-flags
+          --model smollm2-135m-instruct` runs it on the real model.
 gigpo     `compute_advantages` (the trainer's call: rows from Step records, anchor grouping,
           GiGPO advantages, anchor statistics) on 10^4, 10^5 and 10^6 synthetic steps shaped like
           KeyDoor's (groups of 8 trajectories of 1-19 steps, lockstep order, str state keys), and
@@ -313,8 +313,7 @@ def trl_part(w) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         w = tc.warm_start(w, Path(tmp))
         result = {"ours": tc.run_ours(w), "trl": tc.run_trl(w)}
-        result["ratio"] = tc.print_comparison(result["ours"], result["trl"], w)
-        tc.check_equal_work(result["ours"], result["trl"])  # UnequalWork: no ratio, and no replay
+        result["ratio"] = tc.print_comparison(result["ours"], result["trl"], w)  # UnequalWork: no ratio, no replay
         hw = hardware(w.steps + 1, Path(tmp), None, tc.our_flags(w, str(Path(tmp) / "run")))["mean"]
     result["ours_hardware"] = hw
     trl_step = sum(result["trl"]["step_seconds"]) / len(result["trl"]["step_seconds"])

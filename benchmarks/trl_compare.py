@@ -330,8 +330,8 @@ def run_trl(w: Workload) -> dict:
 
 # ---- report -----------------------------------------------------------------------------
 def print_comparison(ours: dict | None, trl: dict | None, w: Workload, tolerance: float = TOLERANCE) -> float | None:
-    """The table (completions/s, seconds, the work per side), then ours / trl: the ratio, or None with an
-    error line when the sides did unequal work (`check_equal_work`)."""
+    """The table (completions/s, seconds, the work per side), then ours / trl: the ratio (None with one
+    side only); UnequalWork, after the table, when the sides did unequal work (`check_equal_work`)."""
     print(f"\n{w.env} {w.env_kwargs}, model {w.model} after {w.sft_steps} SFT steps, {w.prompts_per_step} prompts x "
           f"{w.group_size} completions per step, max {w.max_new_tokens} new tokens, {w.steps} timed steps (CPU)")  # fmt: skip
     print(f"{'side':6s} {'completions/s':>13s} {'seconds':>8s} {'completions':>11s} {'generated':>9s} "
@@ -345,11 +345,7 @@ def print_comparison(ours: dict | None, trl: dict | None, w: Workload, tolerance
               f"{r['reward_mean']:6.3f}  {steps}")  # fmt: skip
     if ours is None or trl is None:
         return None
-    try:
-        check_equal_work(ours, trl, tolerance)
-    except UnequalWork as e:
-        print(f"error: no ratio, the sides did unequal work: {e}", file=sys.stderr)
-        return None
+    check_equal_work(ours, trl, tolerance)
     ratio = ours["completions_per_s"] / trl["completions_per_s"]
     print(f"ours / trl completions/s: {ratio:.2f}x over equal work (token totals within {tolerance:.0%})")
     return ratio
@@ -397,7 +393,11 @@ def main(argv: list[str] | None = None) -> int:
         w = warm_start(w, Path(tmp))
         ours = run_ours(w) if a.side in ("both", "ours") else None
         trl = run_trl(w) if a.side in ("both", "trl") else None
-    ratio = print_comparison(ours, trl, w, a.tolerance)
+    try:
+        ratio = print_comparison(ours, trl, w, a.tolerance)
+    except UnequalWork as e:
+        print(f"error: no ratio, the sides did unequal work: {e}", file=sys.stderr)
+        ratio = None
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         result = {"workload": {**w.__dict__, "start": ""}, "ours": ours, "trl": trl, "ratio": ratio}
