@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks import bench_cpu, bench_zero_shot
 
 
@@ -40,3 +42,22 @@ def test_bench_zero_shot_writes_a_cell_per_env_and_format(tmp_path, tiny_path):
     assert [(r["env"], r["format"]) for r in rows] == [("Arithmetic-v0", "tag"), ("Arithmetic-v0", "json")]
     assert all(r["episodes"] == 2 and 0 <= r["parsed_rate"] <= 1 and 0 <= r["valid_rate"] <= 1 for r in rows)
     assert "| Arithmetic-v0 | json |" in (tmp_path / "summary.md").read_text()
+
+
+def test_bench_zero_shot_caps_long_episodes_and_marks_the_rows(tmp_path, tiny_path):
+    assert bench_zero_shot.step_limit("KeyDoor-Hard-v0", None) == 40  # the registered limit
+    assert bench_zero_shot.step_limit("KeyDoor-Hard-v0", 3) == 3
+    assert bench_zero_shot.step_limit("Arithmetic-v0", 3) == 1  # a shorter registered limit stays
+    flags = ["--model", tiny_path, "--envs", "KeyDoor-Hard-v0", "Arithmetic-v0", "--formats", "tag", "--episodes",
+             "2", "--max-new-tokens", "4", "--max-steps", "3", "--out", str(tmp_path)]  # fmt: skip
+    assert bench_zero_shot.main(flags) == 0
+    hard, arith = json.loads((tmp_path / "summary.json").read_text())["rows"]
+    assert (hard["step_limit"], hard["capped"], arith["step_limit"], arith["capped"]) == (3, True, 1, False)
+    assert hard["mean_steps"] <= 3
+    assert "| KeyDoor-Hard-v0 | tag | 3 (capped) |" in (tmp_path / "summary.md").read_text()
+
+
+def test_bench_zero_shot_rejects_a_cap_below_one(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench_zero_shot.main(["--max-steps", "0"])
+    assert e.value.code == 2 and "--max-steps must be >= 1" in capsys.readouterr().err
