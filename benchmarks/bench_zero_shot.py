@@ -46,8 +46,8 @@ def cell(model: str, env: str, action_format: str, episodes: int, max_new_tokens
          backend: str = "hf", max_steps: int | None = None) -> dict:  # fmt: skip
     from scripts.evaluate import evaluate, parse_args
 
-    limit = step_limit(env, max_steps)
-    capped = ["--env-kwargs", f"max_episode_steps={limit}"] if limit != step_limit(env, None) else []
+    limit, registered = step_limit(env, max_steps), step_limit(env, None)
+    capped = ["--env-kwargs", f"max_episode_steps={limit}"] if limit != registered else []
     args = parse_args(["--checkpoint", model, "--env", env, "--action-format", action_format, "--episodes",
                        str(episodes), "--max-new-tokens", str(max_new_tokens), "--seed", str(seed), "--no-plots",
                        "--backend", backend, *capped])  # fmt: skip
@@ -56,9 +56,8 @@ def cell(model: str, env: str, action_format: str, episodes: int, max_new_tokens
     steps = [s for t in episodes_played["model"] for s in t.steps]
     m = report["policies"]["model"]
     return {"env": env, "format": action_format, "backend": backend, "step_limit": limit, "capped": bool(capped),
-            "episodes": m["episodes"],
-            "success_rate": m["success_rate"],
-            "success_ci95": m["success_ci95"], "parsed_rate": sum(s.parse_status == "ok" for s in steps) / len(steps),
+            "episodes": m["episodes"], "success_rate": m["success_rate"], "success_ci95": m["success_ci95"],
+            "parsed_rate": sum(s.parse_status == "ok" for s in steps) / len(steps),
             "valid_rate": 1.0 - m["invalid_action_rate"], "mean_steps": m["mean_steps"],
             "seconds": time.perf_counter() - start}  # fmt: skip
 
