@@ -13,7 +13,7 @@ import pytest
 pytestmark = pytest.mark.slow  # every test here trains in a subprocess
 
 ROOT = Path(__file__).resolve().parent.parent
-FLAGS = ["--iterations", "4", "--save-every", "1", "--num-groups", "2", "--group-size", "4", "--sft-steps", "4",
+FLAGS = ["--iterations", "3", "--save-every", "1", "--num-groups", "2", "--group-size", "4", "--sft-steps", "4",
          "--sft-episodes", "4", "--eval-episodes", "4", "--eval-every", "2", "--max-new-tokens", "8",
          "--max-extra-groups", "1", "--seed", "5", "--transcripts", "1"]  # fmt: skip
 # In the child: SIGKILL itself at the rename that would publish checkpoint iter_3 (files written, not yet visible).
@@ -97,6 +97,6 @@ def test_resume_without_a_checkpoint_or_a_run_is_one_line(tmp_path):
 
 def test_keep_checkpoints_prunes_old_ones(tmp_path):
     run = tmp_path / "kept"
-    flags = [*FLAGS[2:], "--iterations", "3", "--keep-checkpoints", "1", "--eval-episodes", "0"]
+    flags = [*FLAGS[2:], "--iterations", "2", "--keep-checkpoints", "1", "--eval-episodes", "0"]
     assert train(*flags, "--output-dir", str(run)).returncode == 0
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_0", "iter_3"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_0", "iter_2"]

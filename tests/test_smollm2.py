@@ -35,6 +35,7 @@ RUN = ["--model", SMOLLM2, "--env", "KeyDoor-Easy-v0", "--env-kwargs", "max_epis
        "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "2", "--sft-batch-size", "4", "--sft-lr", "5e-5",
        "--lr", "2e-6", "--ppo-epochs", "1", "--num-minibatches", "1", "--eval-episodes", "2", "--max-new-tokens", "6",
        "--max-extra-groups", "1"]  # fmt: skip
+NO_EVAL = ["--eval-episodes", "0"]  # the paths below are checked on their checkpoints and syncs, not on success
 GREEDY = {  # prompt -> SmolLM2-135M-Instruct's greedy reply (float32, no system message: the template's own)
     "What is the capital of France? Answer in one word.": "The capital of France is Paris.",
     "What is 2 + 3?": "2 + 3 = 5",
@@ -233,7 +234,8 @@ def test_lora_adapter_and_merged(tmp_path, smollm2_path):
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "lora"
-    assert main(["--iterations", "1", "--lora-rank", "4", "--lora-save-merged", "--output-dir", str(out), *RUN]) == 0
+    flags = ["--iterations", "1", "--lora-rank", "4", "--lora-save-merged", "--output-dir", str(out), *RUN, *NO_EVAL]
+    assert main(flags) == 0
     ckpt = out / "checkpoints" / "iter_1"
     assert Path(json.loads((ckpt / "adapter_config.json").read_text())["base_model_name_or_path"]) == Path(smollm2_path)
     assert_is_smollm2(ckpt / "merged", Path(smollm2_path))
@@ -245,7 +247,7 @@ def test_lora_adapter_and_merged(tmp_path, smollm2_path):
 @pytest.mark.slow
 def test_torchrun_two_ranks(tmp_path, smollm2_path):
     out = tmp_path / "dist"
-    proc = torchrun(["-m", "algos.train", "--iterations", "1", "--output-dir", str(out), *RUN])
+    proc = torchrun(["-m", "algos.train", "--iterations", "1", "--output-dir", str(out), *RUN, *NO_EVAL])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_is_smollm2(out / "checkpoints" / "iter_1", Path(smollm2_path))
 
@@ -258,7 +260,7 @@ def test_vllm_serves_the_trained_weights(tmp_path, smollm2_path):
     out = tmp_path / "vllm"
     proc = subprocess.run([sys.executable, "-m", "algos.train", "--iterations", "1", "--backend", "vllm",
                            "--sync-check-every", "1", "--vllm-kv-cache-gib", "0.25", "--autocast", "off", "--output-dir",
-                           str(out), *RUN], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+                           str(out), *RUN, *NO_EVAL], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     syncs = [r for r in metrics(out) if "sync/logprob_diff_max" in r]
     assert len(syncs) == 2  # after the warm-up and after the update

@@ -21,8 +21,20 @@ CONTRACT_KEYS = [
     "train/grad_norm", "time/iteration_s", "time/generate_s", "time/train_s", "time/wall_s", "time/rollout_s",
     "time/env_s", "time/prompt_s", "time/advantage_s",
 ]  # fmt: skip
-TINY_RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "3",
-            "--eval-episodes", "2", "--max-new-tokens", "8", "--max-extra-groups", "2"]  # fmt: skip
+NO_SFT = ["--num-groups", "2", "--group-size", "2", "--eval-episodes", "2", "--max-new-tokens", "8",
+          "--max-extra-groups", "2"]  # fmt: skip
+TINY_RUN = [*NO_SFT, "--sft-steps", "2", "--sft-episodes", "3"]
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory) -> Path:
+    """One run's warm-up, shared: long enough for some valid actions (with none, every group's advantages are
+    zero and no update runs). Its checkpoint iter_0 is the warmed-up model."""
+    out = tmp_path_factory.mktemp("warm") / "run"
+    enough = ["--sft-steps", "40", "--sft-episodes", "8", "--group-size", "4"]
+    assert main(["--iterations", "1", "--output-dir", str(out), *TINY_RUN, *enough]) == 0
+    assert "sft/loss" in (out / "metrics.jsonl").read_text()
+    return out
 
 
 @pytest.mark.slow
@@ -49,18 +61,19 @@ TINY_RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft
     ],
     ids=" ".join,
 )
-def test_one_iteration_writes_the_run_directory_contract(tmp_path, algo):
+def test_one_iteration_writes_the_run_directory_contract(tmp_path, algo, warm):
     out = tmp_path / "run"
-    # a warm-up long enough for some valid actions: with none, every group's advantages are zero (no update)
-    enough = ["--sft-steps", "40", "--sft-episodes", "8", "--group-size", "4"]
-    assert main(["--algo", *algo, "--iterations", "1", "--output-dir", str(out), *TINY_RUN, *enough]) == 0
+    # from the shared warm-up's checkpoint: a trainer checkpoint is already warm, so no SFT runs here
+    flags = ["--model", str(warm / "checkpoints" / "iter_0"), "--group-size", "4", *NO_SFT]
+    assert main(["--algo", *algo, "--iterations", "1", "--output-dir", str(out), *flags]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert not any("sft/loss" in r for r in rows)
     rl = [r for r in rows if r["iteration"] == 1 and "train/loss" in r]
     assert len(rl) == 1
     for key in CONTRACT_KEYS:
         assert rl[0][key] is not None, key
     assert 0.0 <= rl[0]["rollout/success_rate"] <= 1.0
-    assert any("eval/success_rate" in r for r in rows if r["iteration"] == 0)  # after warm-up
+    assert any("eval/success_rate" in r for r in rows if r["iteration"] == 0)  # of the starting model
     assert yaml.safe_load((out / "config.yaml").read_text())["algo"] == algo[0]
     assert list(out.glob("events.out.tfevents.*"))
     assert (out / "transcripts.jsonl").read_text().strip()
@@ -78,9 +91,7 @@ def test_training_continues_from_a_checkpoint(tmp_path):
     assert [r["iteration"] for r in rows if "eval/success_rate" in r] == [0, 1, 2]
     ckpt = first / "checkpoints" / "iter_2"
     second = tmp_path / "second"
-    i = TINY_RUN.index("--sft-steps")
-    no_sft = TINY_RUN[:i] + TINY_RUN[i + 2 :]
-    assert main(["--model", str(ckpt), "--iterations", "1", "--output-dir", str(second), *no_sft]) == 0
+    assert main(["--model", str(ckpt), "--iterations", "1", "--output-dir", str(second), *NO_SFT]) == 0
     resolved = yaml.safe_load((second / "config.yaml").read_text())
     assert resolved["model"] == str(ckpt) and resolved["sft_steps"] == 0  # already warmed up
     assert "sft/loss" not in (second / "metrics.jsonl").read_text()
