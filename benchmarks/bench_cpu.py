@@ -9,7 +9,10 @@ learner  One forward + backward of --batch x --tokens tokens through the learner
          them) under each precision: float32, bf16 autocast over float32 weights (what `--autocast
          bf16` runs), and bfloat16 weights. Its matmul work is counted from the model's shapes
          (3x the forward's: the backward does two matmuls per forward one) and divided by the
-         bf16 GFLOP/s measured above: the ratio is time over that pure-matmul time.
+         bf16 GFLOP/s measured above: the ratio is time over that pure-matmul time. One more row,
+         bf16-autocast+compile, runs the autocast row with each decoder layer under `torch.compile`
+         (the chunked head stays eager); its compile time is the `compile_s` field. The trainer does
+         not compile: the row measures what torch's compiler would buy it (--no-compile leaves it out).
 decode   One cached decode forward (the HF backend's `decode`, after a --prompt-tokens prefill) at
          batch 16 and 64, per precision, and the same through vLLM's CPU build when it is installed
          (a 16-token greedy generate at each batch size, per token).
@@ -29,6 +32,7 @@ from pathlib import Path
 
 PARTS = ("matmul", "learner", "decode")
 PRECISIONS = ("float32", "bf16-autocast", "bf16-weights")
+COMPILED = "bf16-autocast+compile"  # the learner's autocast row with every decoder layer compiled
 
 
 def median_time(fn, repeats: int) -> float:
@@ -79,7 +83,18 @@ def precision_context(precision: str):
     return autocast("cpu", "bf16" if precision == "bf16-autocast" else "off")
 
 
-def learner_part(path: str, batch: int, tokens: int, repeats: int, gflops: float) -> list[dict]:
+def compile_layers(model) -> None:
+    """Each decoder layer under torch.compile at fixed shapes. Dynamo keeps one cache entry per layer
+    instance: under its default recompile limit (8) the layers past the eighth would run eager."""
+    import torch
+
+    layers = model.model.layers
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 2 * len(layers))
+    for layer in layers:
+        layer.compile(dynamic=False)
+
+
+def learner_part(path: str, batch: int, tokens: int, repeats: int, gflops: float, with_compile: bool = True) -> list[dict]:
     import torch
     from transformers import AutoConfig
 
@@ -88,7 +103,8 @@ def learner_part(path: str, batch: int, tokens: int, repeats: int, gflops: float
     flops = 3 * forward_flops(AutoConfig.from_pretrained(path), batch, tokens)
     gen = torch.Generator().manual_seed(0)
     rows = []
-    for precision in PRECISIONS:
+    for variant in (*PRECISIONS, COMPILED) if with_compile else PRECISIONS:
+        precision = "bf16-autocast" if variant == COMPILED else variant
         model = load(path, precision).train()
         vocab = model.config.vocab_size
         samples = [Sample([1], torch.randint(3, vocab, (tokens - 1,), generator=gen).tolist(), 1.0, [0.0] * (tokens - 1))
@@ -101,9 +117,15 @@ def learner_part(path: str, batch: int, tokens: int, repeats: int, gflops: float
             (-(logp * collated["mask"]).sum() / collated["mask"].sum()).backward()
             model.zero_grad(set_to_none=True)
 
+        row = {"precision": variant}
+        if variant == COMPILED:
+            compile_layers(model)
+            start = time.perf_counter()
+            step()  # compiles the forward and the backward
+            row["compile_s"] = time.perf_counter() - start
         seconds = median_time(step, repeats)
         pure = flops / (gflops * 1e9)
-        rows.append({"precision": precision, "seconds": seconds, "ms_per_token": 1000 * seconds / (batch * tokens),
+        rows.append({**row, "seconds": seconds, "ms_per_token": 1000 * seconds / (batch * tokens),
                      "pure_matmul_s": pure, "ratio": seconds / pure})  # fmt: skip
         del model
     return rows
@@ -183,7 +205,9 @@ def print_tables(result: dict) -> None:
         print(f"\nlearner forward+backward, {r['batch']} x {r['tokens']} tokens (pure matmul at the bf16 rate: "
               f"{r['rows'][0]['pure_matmul_s']:.2f} s)\n| precision | s | ms/token | x pure matmul |\n|---|---|---|---|")
         for row in r["rows"]:
-            print(f"| {row['precision']} | {row['seconds']:.2f} | {row['ms_per_token']:.2f} | {row['ratio']:.2f} |")
+            compiled = f" (compile {row['compile_s']:.0f} s)" if "compile_s" in row else ""
+            print(f"| {row['precision']}{compiled} | {row['seconds']:.2f} | {row['ms_per_token']:.2f} | "
+                  f"{row['ratio']:.2f} |")  # fmt: skip
     if "decode" in result:
         print(f"\ndecode, one step after a {result['decode']['prompt_tokens']}-token prompt\n"
               "| backend | precision | batch | ms/step |\n|---|---|---|---|")
@@ -202,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode-backends", nargs="+", choices=("hf", "vllm"), default=["hf", "vllm"])
     p.add_argument("--vllm-dtype", choices=("float32", "bfloat16"), default="bfloat16",
                    help="decode: the vLLM engine's dtype (one engine per process)")
+    p.add_argument("--no-compile", action="store_true", help="learner: leave out the torch.compile row")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("runs/bench_cpu"))
     args = p.parse_args(argv)
@@ -216,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if "matmul" in args.parts:
         result["matmul"] = gflops
     if "learner" in args.parts:
-        rows = learner_part(path, args.batch, args.tokens, args.repeats, gflops["bfloat16"])
+        rows = learner_part(path, args.batch, args.tokens, args.repeats, gflops["bfloat16"], not args.no_compile)
         result["learner"] = {"batch": args.batch, "tokens": args.tokens, "rows": rows}
     if "decode" in args.parts:
         result["decode"] = {"prompt_tokens": args.prompt_tokens,

@@ -12,7 +12,7 @@ from benchmarks import bench_cpu, bench_zero_shot
 
 def test_bench_cpu_every_part_on_the_tiny_model(tmp_path, tiny_path, capsys):
     flags = ["--model", "tiny", "--batch", "2", "--tokens", "6", "--decode-batches", "2", "--prompt-tokens", "5",
-             "--repeats", "1", "--decode-backends", "hf", "--out", str(tmp_path)]  # fmt: skip
+             "--repeats", "1", "--decode-backends", "hf", "--no-compile", "--out", str(tmp_path)]  # fmt: skip
     assert bench_cpu.main(flags) == 0
     result = json.loads((tmp_path / "summary.json").read_text())
     assert result["matmul"]["float32"] > 0 and result["matmul"]["bfloat16"] > 0
@@ -22,6 +22,36 @@ def test_bench_cpu_every_part_on_the_tiny_model(tmp_path, tiny_path, capsys):
     decode = result["decode"]["rows"]
     assert [(r["precision"], r["batch"]) for r in decode] == [(p, 2) for p in bench_cpu.PRECISIONS]
     assert "x pure matmul" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_compiled_learner_row_compiles_every_layer_and_keeps_the_gradients(tiny_path):
+    import torch
+    from torch._dynamo.utils import counters
+
+    from agents.model import load_model
+    from algos.logprobs import Sample, collate, response_logprobs
+
+    rows = bench_cpu.learner_part(tiny_path, batch=2, tokens=6, repeats=1, gflops=100.0)
+    assert [r["precision"] for r in rows] == [*bench_cpu.PRECISIONS, bench_cpu.COMPILED]
+    assert rows[-1]["compile_s"] > 0 and rows[-1]["seconds"] > 0
+    # the compiled layers give the eager model's logprobs and gradients (float32: no autocast)
+    samples = [Sample([1], [5, 6, 7, 8], 1.0, [0.0] * 4), Sample([1, 9], [4, 3], 1.0, [0.0] * 2)]
+    grads = []
+    for compiled in (False, True):
+        model = load_model(tiny_path, "cpu", torch.float32).train()
+        if compiled:
+            bench_cpu.compile_layers(model)
+        batch = collate(samples, 0, "cpu")
+        counters.clear()
+        logp, _ = response_logprobs(model, batch, 1.0)
+        if compiled:  # one whole graph per layer: none fell back to eager, none broke
+            assert counters["frames"]["ok"] == len(model.model.layers) and not counters["graph_break"]
+        (logp * batch["mask"]).sum().backward()
+        grads.append((logp.detach(), [p.grad.clone() for p in model.model.layers.parameters()]))
+    (eager, eager_grads), (comp, comp_grads) = grads
+    assert torch.allclose(eager, comp, atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(eager_grads, comp_grads))
 
 
 def test_forward_flops_by_hand():
