@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agents.backend import Backend, Sampling
+from agents.backend import Backend
+from agents.generation import Sampling
 from agents.prompt import PromptBuilder
 from agents.stopwatch import Stopwatch
 from agents.templates import renders_tools

@@ -185,7 +185,7 @@ def sample(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator)
     never be drawn, whatever u is; the exponential race argmax p / E this replaces drew arbitrary
     tokens when torch.rand returned exactly 0 (E = 0: p / E = inf or NaN), 1 in 2^24 draws per
     vocabulary entry, which at V = 151,936 is about 1 % of all sampled tokens."""
-    if sampling.temperature <= 0:  # greedy; the logprob at T = 1: -log sum exp(z - max z)
+    if sampling.temperature <= 0:  # greedy; the logprob at T = 1 (Sampling.score_temperature): -log sum exp(z - max z)
         token = argmax(logits)
         weights = logits.sub_(logits.gather(-1, token[:, None])).exp_()
         return token, -block_sums(weights).sum(-1).log().float()

@@ -13,15 +13,7 @@ from dataclasses import dataclass
 
 from agents.prompt import TEMPLATES
 from agents.tools import ACTION_FORMATS
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """One generate call's sampling parameters."""
-
-    temperature: float = 1.0  # 0 = greedy
-    top_p: float = 1.0
-    max_new_tokens: int = 24
+from envs.base import at_least, choose
 
 
 @dataclass
@@ -53,6 +45,21 @@ class SamplingConfig:
         at_least("temperature", self.temperature, 0)
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1] (got {self.top_p})")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """One generate call's sampling parameters; unset ones are the run's defaults (SamplingConfig)."""
+
+    temperature: float = SamplingConfig.temperature  # 0 = greedy
+    top_p: float = SamplingConfig.top_p
+    max_new_tokens: int = SamplingConfig.max_new_tokens
+
+    @property
+    def score_temperature(self) -> float:
+        """The temperature the rollout's logprobs are at, and the learner scores at: greedy (T = 0)
+        records the logprob of the untempered distribution, T = 1."""
+        return self.temperature if self.temperature > 0 else 1.0
 
 
 BACKENDS = ("hf", "vllm")
@@ -105,14 +112,3 @@ class EngineConfig:
             )
         if not on_gpu and (self.vllm_sleep or self.vllm_tensor_parallel_size > 1):
             raise ValueError("--vllm-sleep and --vllm-tensor-parallel-size > 1 need a GPU (the CPU engine has neither)")
-
-
-def choose(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    """A choice option's check: one line listing the choices."""
-    if value not in allowed:
-        raise ValueError(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
-
-
-def at_least(name: str, value: float, low: float) -> None:
-    if not value >= low:  # NaN fails too
-        raise ValueError(f"{name} must be >= {low:g} (got {value})")

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from agents.generation import at_least, choose
+from envs.base import at_least, choose
 
 _EPS = 1e-6
 _NORMS = ("mean", "mean_std")
@@ -97,7 +97,7 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
 
-def _check_options(norm: str, episode_baseline: str, gamma: float | None = None, scale: str = "group") -> None:
+def _check_options(norm: str, episode_baseline: str, gamma: float | None, scale: str) -> None:
     if scale not in _SCALES:
         raise ValueError(f"scale must be one of {_SCALES}, got {scale!r}")
     if norm not in _NORMS:
@@ -128,7 +128,7 @@ def _factorize(x: np.ndarray) -> tuple[I64, int]:
     return inv.reshape(-1).astype(np.int64), len(uniq)
 
 
-def _normalize(values: F64, inv: I64, n_groups: int, norm: str, scale: str = "group") -> F64:
+def _normalize(values: F64, inv: I64, n_groups: int, norm: str, scale: str) -> F64:
     """Subtract the group mean (and divide by unbiased std + eps for mean_std), per group;
     scale="batch" divides by the unbiased std of all values instead."""
     counts = np.bincount(inv, minlength=n_groups)  # [K]
@@ -165,8 +165,8 @@ def _episode_adv(
     n_groups: int,
     norm: str,
     baseline: str,
-    scale: str = "group",
-    penalties: F64 | None = None,
+    scale: str,
+    penalties: F64 | None,
 ) -> F64:
     returns = np.bincount(t_inv, weights=rewards, minlength=len(g_of_traj))  # [T]
     if baseline == "trajectory":
@@ -241,14 +241,14 @@ def grpo_advantages(
     traj_ids: npt.ArrayLike,
     group_ids: npt.ArrayLike,
     *,
-    norm: str = "mean_std",
-    episode_baseline: str = "trajectory",
-    scale: str = "group",
+    norm: str = AdvantageConfig.norm,
+    episode_baseline: str = AdvantageConfig.episode_baseline,
+    scale: str = AdvantageConfig.scale,
     penalties: npt.ArrayLike | None = None,
 ) -> F32:
     """GRPO episode-level advantage, broadcast to every step row, float32 [N]. `penalties`: per-row
     amounts taken off each row's own score (module docstring; needs the step baseline)."""
-    _check_options(norm, episode_baseline, scale=scale)
+    _check_options(norm, episode_baseline, None, scale)
     r = _as_1d("rewards", rewards, np.float64)
     tids, gids = _as_1d("traj_ids", traj_ids), _as_1d("group_ids", group_ids)
     n = _check_lengths(rewards=r, traj_ids=tids, group_ids=gids)
@@ -281,11 +281,11 @@ def gigpo_advantages(
     group_ids: npt.ArrayLike,
     state_keys: Sequence[Hashable],
     *,
-    gamma: float = 0.95,
-    omega: float = 1.0,
-    norm: str = "mean",
-    episode_baseline: str = "trajectory",
-    scale: str = "group",
+    gamma: float = AdvantageConfig.gamma,
+    omega: float = AdvantageConfig.omega,
+    norm: str = AdvantageConfig.norm,
+    episode_baseline: str = AdvantageConfig.episode_baseline,
+    scale: str = AdvantageConfig.scale,
     penalties: npt.ArrayLike | None = None,
 ) -> F32:
     """GiGPO advantage: episode term + omega * anchor-state step term, float32 [N].
@@ -305,11 +305,11 @@ def gigpo_advantages(
     if p is not None:
         step_ret = step_ret - p
     a_inv, n_anchor = _anchor_codes(gids, state_keys)  # [N]
-    step = _normalize(step_ret, a_inv, n_anchor, norm)  # [N]
+    step = _normalize(step_ret, a_inv, n_anchor, norm, "group")  # [N], always within the anchor group
     return (ep + omega * step).astype(np.float32)
 
 
-def similarity_keys(group_ids: npt.ArrayLike, texts: Sequence[str], threshold: float = 0.9) -> I64:
+def similarity_keys(group_ids: npt.ArrayLike, texts: Sequence[str], threshold: float = AdvantageConfig.similarity_threshold) -> I64:
     """Anchor ids from observation text, for envs without a canonical state, int64 [N].
 
     Rows are visited in order; within its group a row joins the first cluster whose first

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from agents.backend import Backend
-from agents.model import check_model_dir, is_builtin, is_local_path, merged_state_dict
+from agents.model import check_model_dir, full_state_dict, is_builtin, is_local_path, is_sharded, merged_state_dict
 from algos import distributed
 from algos.config import ConfigError, flat
 from algos.distributed import SINGLE, World
@@ -143,8 +143,8 @@ def save(run: RunDir, it: int, model, tokenizer, learner: Learner | None, cfg, s
         state["scheduler"] = learner.scheduler.state_dict()
     if sampler is not None:
         state["sampler"], state["sampler_pool"] = sampler.state_dict(), len(sampler.tasks)
-    full = distributed.full_state_dict(model, rank0_only=True)  # gathered once (FSDP); else the model's own
-    weights = full if distributed.is_sharded(model) else None
+    full = full_state_dict(model, rank0_only=True)  # gathered once (FSDP); else the model's own
+    weights = full if is_sharded(model) else None
     merged = merged_state_dict(full, getattr(model, "module", model)) if cfg.scaling.lora_save_merged else None
     path = run.save_checkpoint(it, model, tokenizer, state, weights, merged)
     if world.main:

@@ -46,10 +46,11 @@ from typing import Annotated
 import tyro
 import yaml
 
-from agents.generation import EngineConfig, SamplingConfig, at_least, choose
+from agents.generation import EngineConfig, SamplingConfig
 from algos.advantages import ALGOS, AdvantageConfig
 from algos.data import DataConfig
 from algos.reporters import check_report_to
+from envs.base import at_least, choose
 from envs.workers import WorkerConfig
 from rewards.layer import RewardConfig
 
@@ -111,7 +112,7 @@ class LearnerConfig:
     """Stop (exit 1, weights saved) after this many iterations in a row whose every optimizer step was
     skipped for a non-finite loss or gradient; skipped steps leave weights and optimizer untouched. 0 = never."""
     warmup_steps: int = 10
-    """Linear learning-rate warm-up over the first optimizer steps of RL."""
+    """Linear learning-rate warm-up over the first optimizer steps of RL; 0 = none."""
     autocast: str = "auto"
     """bf16 autocast of training and HF-backend forward passes: bf16, off, or auto (bf16 on GPUs
     that support it, off on CPU)."""
@@ -134,8 +135,10 @@ class LearnerConfig:
             at_least(name, getattr(self, name), 1)
         if self.min_update_samples is not None:
             at_least("min_update_samples", self.min_update_samples, 0)
-        for name in ("beta", "entropy_coef", "max_bad_updates", "target_kl", "weight_decay"):
+        for name in ("beta", "entropy_coef", "max_bad_updates", "target_kl", "weight_decay", "warmup_steps"):
             at_least(name, getattr(self, name), 0)
+        if not self.max_grad_norm > 0:  # NaN fails too
+            raise ValueError(f"max_grad_norm must be > 0 (got {self.max_grad_norm}); gradients are clipped to this norm")
         if not self.lr > 0:
             raise ValueError("lr and sft_lr must be > 0")
         if not (0.0 < self.epsilon < 1.0 and self.epsilon_high >= self.epsilon):
@@ -431,14 +434,20 @@ def read_yaml_values(values: dict) -> dict:
     return out
 
 
-def key_value_pairs(pairs: list[str]) -> dict[str, str]:
-    """The scripts' `--env-kwargs KEY=VALUE ...` as {KEY: VALUE}. Raises ConfigError."""
-    out = {}
-    for kv in pairs:
-        key, sep, value = kv.partition("=")
-        if not sep:
-            raise ConfigError(f"--env-kwargs takes KEY=VALUE (got {kv!r})")
-        out[key] = value
+def key_value_pairs(tokens: list[str]) -> dict[str, str]:
+    """`--env-kwargs` as {KEY: VALUE}, written `KEY VALUE`, `KEY=VALUE` or both mixed (the trainer and
+    the scripts read it alike): a token `KEY=VALUE` is one pair, any other token is a KEY and the next
+    its VALUE (which may hold "="). Raises ConfigError."""
+    out, i = {}, 0
+    while i < len(tokens):
+        key, sep, value = tokens[i].partition("=")
+        if sep and key.isidentifier():
+            out[key], i = value, i + 1
+        elif i + 1 < len(tokens):
+            out[tokens[i]], i = tokens[i + 1], i + 2
+        else:
+            raise ConfigError(f"--env-kwargs: {tokens[i]!r} has no value; pass KEY VALUE or KEY=VALUE, "
+                              "e.g. --env-kwargs level 5 num_games=200")  # fmt: skip
     return out
 
 
@@ -465,7 +474,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
 
 
 def _pop_env_kwargs(argv: list[str]) -> dict[str, str]:
-    """Take `--env-kwargs KEY VALUE [KEY VALUE ...]` out of argv."""
+    """Take `--env-kwargs KEY VALUE [KEY=VALUE ...]` out of argv."""
     if "--env-kwargs" not in argv:
         return {}
     i = j = argv.index("--env-kwargs")
@@ -473,9 +482,9 @@ def _pop_env_kwargs(argv: list[str]) -> dict[str, str]:
         j += 1
     values = argv[i + 1 : j + 1]
     del argv[i : j + 1]
-    if not values or len(values) % 2:
+    if not values:
         raise ConfigError("--env-kwargs takes KEY VALUE pairs, e.g. --env-kwargs level 5 num_games 200")
-    return dict(zip(values[::2], values[1::2]))
+    return key_value_pairs(values)
 
 
 def check_env_id(env_id: str) -> None:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from agents.generation import at_least, choose
+from envs.base import at_least, choose
 
 if TYPE_CHECKING:  # the config imports this module: it stays free of torch and the collector
     from algos.collector import Trajectory
@@ -48,26 +48,17 @@ BAND = (0.1, 0.9)  # "sometimes solved, sometimes not", for the metrics (data/ba
 
 
 class TaskSampler:
-    def __init__(
-        self,
-        tasks: list[int],
-        mode: str = "band",
-        seed: int = 0,
-        decay: float = 0.95,
-        group_size: int = 8,
-        explore: float = 0.25,
-        stale_after: int = 10,
-        remeasure: float = 0.125,
-    ) -> None:
-        if mode not in SAMPLER_MODES:
-            raise ValueError(f"unknown sampler mode {mode!r}; choose one of {SAMPLER_MODES}")
+    """Draws each iteration's tasks from `tasks` under the data section's mode, decay, group size,
+    exploration and staleness (`cfg`, checked: DataConfig.check); `remeasure` is the share of an
+    iteration's tasks that may go to stale ones."""
+
+    def __init__(self, tasks: list[int], cfg: DataConfig, seed: int = 0, remeasure: float = 0.125) -> None:
+        cfg.check()
         if not tasks:
             raise ValueError("the task pool is empty")
-        if not (0.0 < decay <= 1.0 and group_size >= 2):
-            raise ValueError("need 0 < decay <= 1 and group_size >= 2")
         self.tasks = list(tasks)
-        self.mode, self.decay, self.group_size, self.explore = mode, decay, group_size, explore
-        self.stale_after, self.remeasure = stale_after, remeasure
+        self.mode, self.decay, self.group_size = cfg.task_sampler, cfg.sampler_decay, cfg.group_size
+        self.explore, self.stale_after, self.remeasure = cfg.explore_frac, cfg.stale_after, remeasure
         self.rng = np.random.default_rng(seed)
         self.iteration = 0
         self.stats: dict[int, list[float]] = {}  # task -> [successes, failures, iteration measured]
@@ -345,8 +336,7 @@ def task_sampler(cfg: DataConfig, num_tasks: int | None, seed: int, env_id: str,
     over it; continues the sampler of `state` (a resumed checkpoint's, or the one --model names) when it
     ran on the same env and pool."""
     pool = cfg.task_pool or num_tasks or DEFAULT_TASK_POOL
-    sampler = TaskSampler(list(range(pool)), cfg.task_sampler, seed, cfg.sampler_decay, cfg.group_size,
-                          cfg.explore_frac, cfg.stale_after)  # fmt: skip
+    sampler = TaskSampler(list(range(pool)), cfg, seed)
     if state is not None:
         same_tasks = state.get("config", {}).get("env") == env_id and state.get("sampler_pool") == pool
         if "sampler" in state and same_tasks:

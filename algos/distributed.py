@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from agents.model import full_state_dict, hf_weights, is_sharded  # noqa: F401  (weights of a sharded model)
+from agents.model import is_sharded
 
 PARALLEL = ("fsdp", "ddp")
 
@@ -253,18 +253,3 @@ def collect_share(collect, capacity: int, seeds: list[int], sizes: list[int], fi
             own.append(replace(t, group_id=gid, traj_id=tid, steps=steps))
     everyone = sorted((t for part in gather(own, world) for t in part), key=lambda t: t.traj_id)
     return everyone, {first_group_id + g for g in mine}
-
-
-def merge_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
-    """One value per metric from every rank's: counts (`errors`) summed, the rest averaged (NaN-aware)."""
-    import math
-
-    out = {}
-    for k in per_rank[0]:
-        values = [m[k] for m in per_rank if k in m]
-        if k.endswith("errors"):
-            out[k] = float(sum(values))
-        else:
-            finite = [v for v in values if not math.isnan(v)]
-            out[k] = sum(finite) / len(finite) if finite else float("nan")
-    return out

@@ -35,10 +35,12 @@ from dataclasses import replace
 
 import torch
 
+from agents.generation import SamplingConfig
 from agents.model import autocast
 from algos.config import KL_ESTIMATORS, LOSS_TYPES, Config, LearnerConfig, rollout_is_level
 from algos.distributed import SINGLE, World, aligned_chunks, all_sum, gather
 from algos.logprobs import Sample, batch_order, collate, response_logprobs
+from algos.stats import Stats
 
 
 def rollout_is_weights(
@@ -157,23 +159,10 @@ def aggregate(
     raise ValueError(f"unknown loss_type {loss_type!r}; choose one of {LOSS_TYPES}")
 
 
-def merge_stats(per_rank: list[tuple[dict, dict]]) -> dict[str, float]:
-    """Per-rank (sums, weights) of the update's metrics -> one value each: `_max` / `_min` over
-    ranks, train/loss summed (each rank holds its share of the global loss), the rest weighted means."""
-    out = {}
-    for k in dict.fromkeys(k for sums, _ in per_rank for k in sums):  # every rank's keys, in order
-        means = [sums[k] / counts[k] for sums, counts in per_rank if counts.get(k, 0) > 0]
-        if not means:
-            continue
-        if k.endswith("_max"):
-            out[k] = max(means)
-        elif k.endswith("_min"):
-            out[k] = min(means)
-        elif k == "train/loss":
-            out[k] = sum(means)
-        else:
-            out[k] = sum(s.get(k, 0.0) for s, _ in per_rank) / sum(c.get(k, 0.0) for _, c in per_rank)
-    return out
+def merge_ranks(per_rank: list[Stats]) -> dict[str, float]:
+    """The ranks' update metrics -> one value each (algos/stats.py); train/loss adds up: each rank
+    holds its share of the global loss."""
+    return Stats.merge(per_rank, total=lambda key: key == "train/loss")
 
 
 class Learner:
@@ -184,7 +173,7 @@ class Learner:
 
     def __init__(self, model, cfg: LearnerConfig, pad_id: int, ref_model=None, seed: int = 0,
                  world: World = SINGLE, adapter_reference: bool = False, *, temperature: float = 1.0,
-                 max_new_tokens: int = 24, vocab: int = 0):  # fmt: skip
+                 max_new_tokens: int = SamplingConfig.max_new_tokens, vocab: int = 0):  # fmt: skip
         """`cfg`: the run's learner section (rollout_is "auto" resolved by the trainer; a learner on its own
         scores what its own model sampled: off). `temperature`: the rollouts' (logits are divided by it);
         `max_new_tokens`: dr_grpo's constant normaliser; `vocab`: len(tokenizer), head rows beyond it
@@ -208,26 +197,19 @@ class Learner:
         """The learner of a run: its learner section with rollout_is resolved (and `lr`, the warm-up's),
         scoring at the rollouts' temperature (greedy rollouts, T=0, score at T=1)."""
         section = replace(cfg.learner, rollout_is=rollout_is_level(cfg), lr=lr or cfg.learner.lr)
-        return cls(model, section, pad_id, temperature=cfg.sampling.temperature or 1.0,
+        return cls(model, section, pad_id, temperature=cfg.sampling.sampling().score_temperature,
                    max_new_tokens=cfg.sampling.max_new_tokens, vocab=vocab, **kwargs)  # fmt: skip
 
     def update(self, samples: list[Sample]) -> dict[str, float]:
         """ppo_epochs x num_minibatches optimizer steps over the samples."""
         cfg = self.cfg
         self.model.train()
-        sums: dict[str, float] = {}
-        counts: dict[str, float] = {}
-
-        def add(name: str, value: float, weight: float = 1.0) -> None:
-            sums[name] = sums.get(name, 0.0) + value * weight
-            counts[name] = counts.get(name, 0.0) + weight
-
+        stats = Stats()
         samples = [s for s in samples if s.response_ids]
         n_global = int(all_sum([len(samples)], self.world)[0])
         if self.rollout_is != "off" and n_global:
             samples, is_stats = self._recompute_old_logprobs(samples)
-            for k, (v, w) in is_stats.items():
-                add(k, v, w)
+            stats.absorb(is_stats)
         steps, stopped, backward_tokens = 0, False, 0
         for _ in range(cfg.ppo_epochs):
             order = list(range(len(samples)))
@@ -237,26 +219,26 @@ class Learner:
                 if stopped:
                     continue
                 mini = [samples[i] for i in order[mb::n_mb]]
-                loss, stats, stopped = self._step(mini)
+                loss, step_stats, stopped = self._step(mini)
                 steps += not stopped
                 backward_tokens += sum(len(s.response_ids) for s in mini)
-                add("train/loss", loss)
-                for k, (v, w) in stats.items():
-                    add(k, v, w)
-        add("train/optimizer_steps", float(steps))
+                stats.add("train/loss", loss)
+                stats.absorb(step_stats)
+        stats.add("train/optimizer_steps", float(steps))
         # response tokens that went through a forward and backward pass, all ranks and epochs (the work done)
-        add("train/backward_tokens", float(all_sum([backward_tokens], self.world)[0]))
-        add("train/early_stopped", float(stopped))  # the KL target ended the epochs before the last planned step
-        out = merge_stats(gather((sums, counts), self.world))  # over ranks (one rank: sums / counts)
+        stats.add("train/backward_tokens", float(all_sum([backward_tokens], self.world)[0]))
+        stats.add("train/early_stopped", float(stopped))  # the KL target ended the epochs before the last planned step
+        out = merge_ranks(gather(stats, self.world))  # one rank: its own values
         # With beta == 0 no reference model exists; train/kl then measures the drift from
         # the rollout policy (the same estimate as train/approx_kl).
         out.setdefault("train/kl", out.get("train/approx_kl", 0.0))
         return out
 
-    def _recompute_old_logprobs(self, samples: list[Sample]) -> tuple[list[Sample], dict]:
-        """The trainer's own logprobs become the PPO reference; pi_trainer / pi_rollout the weights."""
+    def _recompute_old_logprobs(self, samples: list[Sample]) -> tuple[list[Sample], Stats]:
+        """The trainer's own logprobs become the PPO reference; pi_trainer / pi_rollout the weights
+        (their statistics token-weighted over the chunks)."""
         cfg = self.cfg
-        out, chunks = [], []
+        out, stats = [], Stats()
         with torch.no_grad():
             for chunk in aligned_chunks(samples, cfg.micro_batch_size, self.world):
                 batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
@@ -267,20 +249,12 @@ class Learner:
                 w, st = rollout_is_weights(
                     logp, batch["old"], batch["mask"], self.rollout_is, cfg.rollout_is_mode, cfg.rollout_is_cap
                 )
-                chunks.append((st, float(batch["mask"].sum())))
+                tokens = float(batch["mask"].sum())
+                for k, v in st.items():
+                    stats.add(k, v, tokens)
                 for row, s in enumerate(chunk):
                     n = len(s.response_ids)
                     out.append(replace(s, old_logprobs=logp[row, -n:].tolist(), is_weights=w[row, -n:].tolist()))
-        tokens = sum(n for _, n in chunks)
-        stats = {}
-        for k in chunks[0][0] if chunks else ():
-            values = [st[k] for st, _ in chunks]
-            if k.endswith("_max"):
-                stats[k] = (max(values), 1.0)
-            elif k.endswith("_min"):
-                stats[k] = (min(values), 1.0)
-            else:  # token-weighted mean over the chunks
-                stats[k] = (sum(st[k] * n for st, n in chunks) / tokens, tokens)
         return out, stats
 
     @property
@@ -303,7 +277,7 @@ class Learner:
             return contextlib.nullcontext()
         return self.model.no_sync()
 
-    def _step(self, mini: list[Sample]) -> tuple[float, dict[str, tuple[float, float]], bool]:
+    def _step(self, mini: list[Sample]) -> tuple[float, Stats, bool]:
         """One optimizer step on a mini-batch: (loss, stats, stopped). stopped: the mini-batch's approx
         KL to the rollout policy, measured before the step, is past target_kl, so no step was taken (PPO's
         early stop: the policy has moved far enough for this batch)."""
@@ -354,16 +328,16 @@ class Learner:
         else:
             self.optimizer.step()
             self.scheduler.step()
-        stats = {f"train/{k}": (s / n, n) for k, (s, n) in acc.items() if n > 0}
+        stats = Stats()
         renamed = {"clipped": "clip_frac", "clipped_low": "clip_frac_low", "clipped_high": "clip_frac_high",
                    "dual_clipped": "dual_clip_frac", "ratio": "ratio_mean"}  # fmt: skip
-        for k, new in renamed.items():  # a rank with no samples in this mini-batch has none of them
-            if f"train/{k}" in stats:
-                stats[f"train/{new}"] = stats.pop(f"train/{k}")
-        stats["train/ratio_max"] = (ratio_max, 1.0)
-        stats["train/grad_norm"] = (grad_norm, 1.0)
-        stats["train/lr"] = (self.scheduler.get_last_lr()[0], 1.0)
-        stats["train/skipped_frac"] = (float(not math.isfinite(grad_norm)), 1.0)  # of optimizer steps
+        for k, (s, n) in acc.items():  # a rank with no samples in this mini-batch has none of them
+            if n > 0:
+                stats.add(f"train/{renamed.get(k, k)}", s / n, n)
+        stats.add("train/ratio_max", ratio_max)
+        stats.add("train/grad_norm", grad_norm)
+        stats.add("train/lr", self.scheduler.get_last_lr()[0])
+        stats.add("train/skipped_frac", float(not math.isfinite(grad_norm)))  # of optimizer steps
         return total, stats, stopped
 
     def sft_step(self, samples: list[Sample]) -> float:

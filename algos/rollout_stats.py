@@ -8,19 +8,15 @@ from algos.collector import Trajectory
 
 
 def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """What the episodes did; how their groups vary (rollout/frac_zero_std_groups) is the data layer's."""
     steps = [s for t in trajs for s in t.steps]
     returns = np.array([t.episode_return for t in trajs])
-    by_group: dict[int, list[float]] = {}
-    for t in trajs:
-        by_group.setdefault(t.group_id, []).append(t.episode_return)
-    zero_std = [float(np.ptp(r) == 0) for r in by_group.values()]
     return {
         "rollout/success_rate": float(np.mean([t.won for t in trajs])),
         "rollout/episode_return": float(returns.mean()),
         "rollout/episode_length": float(np.mean([len(t.steps) for t in trajs])),
         "rollout/invalid_action_rate": float(np.mean([not s.action_valid for s in steps])),
         "rollout/parse_error_rate": float(np.mean([s.parse_status != "ok" for s in steps])),
-        "rollout/frac_zero_std_groups": float(np.mean(zero_std)),
         "rollout/response_tokens": float(np.mean([len(s.response_ids) for s in steps])),
         "rollout/prompt_tokens": float(np.mean([len(s.prompt_ids) for s in steps])),
         "rollout/steps": float(len(steps)),

@@ -23,6 +23,7 @@ import copy
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -37,6 +38,7 @@ from agents.model import (
     adapter_base,
     add_lora,
     enable_gradient_checkpointing,
+    full_state_dict,
     is_adapter,
     load_model,
     load_tokenizer,
@@ -49,18 +51,21 @@ from agents.templates import template_notes
 from agents.tools import ActionFormat
 from algos import checkpoint, distributed
 from algos.advantages import anchor_group_sizes, gigpo_advantages, grpo_advantages, rloo_advantages, similarity_keys
-from algos.collector import Collector, Step, Trajectory, note_once
+from algos.collector import Collector, Step, Trajectory
 from algos.config import DEFAULT_SFT_STEPS, Config, ConfigError, env_kwargs, flat
 from algos.data import DataLayer, task_sampler
 from algos.evaluation import held_out_seeds, play, summarize
-from algos.learner import Learner, Sample
+from algos.learner import Learner
+from algos.logprobs import Sample
 from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
 from algos.run_dir import TRAINER_STATE, RunDir
 from algos.run_lock import RunLock, check_output_dir
 from algos.scoring import audit_hook, rescore, reward_layer
 from algos.sft import has_expert, warm_up_from_config
+from algos.stats import Stats
 from algos.weight_sync import probe_prompts, sync_backend
 from envs import env_metadata, prompt_template
+from envs.base import note_once
 
 NEGLIGIBLE = 1e-6  # |advantage| below this is float noise around zero: the sample teaches nothing
 # time/<section>_s of every iteration; env, prompt, generate and parse are parts of rollout
@@ -73,6 +78,26 @@ class NumericError(RuntimeError):
 
 class RewardError(RuntimeError):
     """Training cannot go on: a reward source failed on every response for several iterations."""
+
+
+@dataclass(frozen=True)
+class Update:
+    """What `Run.update` did: `applied` (the learner ran; else the samples were too few to learn from),
+    the samples held for a later update (short_batch=accumulate), and the update's metrics."""
+
+    applied: bool
+    held: list[Sample]
+    stats: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why the loop ends after an iteration. `error`: the run cannot go on (exit 1); `message(path)`
+    is its line, naming the checkpoint saved first. No error: the run is done (--max-env-steps)."""
+
+    reason: str  # "budget", "numeric" or "reward"
+    error: type[RuntimeError] | None = None
+    message: Callable[[Path], str] | None = None
 
 
 def compute_advantages(cfg: Config, steps: list[Step]) -> tuple[np.ndarray, dict]:
@@ -202,6 +227,15 @@ class LoopState:
     held_out: float | None = None
     held: list[Sample] = field(default_factory=list)
 
+    def advance(self, it: int, env_steps: int, update: Update) -> None:
+        """The one place the loop's state moves: iteration `it` is done, it took `env_steps`, and its
+        update held samples or ran (a run of updates whose every step was non-finite counts up)."""
+        self.iteration = it
+        self.env_steps += env_steps
+        self.held = update.held
+        if update.applied:
+            self.bad_updates = self.bad_updates + 1 if update.stats.get("train/skipped_frac") == 1.0 else 0
+
     def to_dict(self, world) -> dict:
         """Every rank's held samples as plain lists, gathered (rank 0 writes them all)."""
         rows = [[s.prompt_ids, s.response_ids, s.advantage, s.old_logprobs, s.is_weights] for s in self.held]
@@ -328,7 +362,7 @@ class Run:
             source = warm_ckpt if self.ckpt and warm_ckpt.exists() else resolve_model(cfg.model)
             ref = load_model(str(source), self.device, getattr(torch, cfg.dtype), cfg.trust_remote_code)
             if not self.ckpt:
-                ref.load_state_dict(distributed.full_state_dict(self.model))
+                ref.load_state_dict(full_state_dict(self.model))
             if cfg.scaling.parallel == "fsdp":
                 ref = distributed.wrap(ref.eval().requires_grad_(False), "fsdp", world)
         self.learner = Learner.for_run(self.model, cfg, self.tokenizer.pad_token_id, len(self.tokenizer), ref_model=ref,
@@ -388,38 +422,25 @@ class Run:
         with self.clock.section("advantage"):
             return compute_advantages(self.cfg, batch.steps)
 
-    def update(self, it: int, batch: Batch, adv: np.ndarray) -> dict[str, float]:
+    def update(self, batch: Batch, adv: np.ndarray) -> Update:
         """PPO-clip on this rank's samples (and any held ones), or, with too few informative samples, hold
-        them (short_batch=accumulate) or drop them; "train/update_skipped" says which happened."""
-        cfg, loop = self.cfg, self.loop
-        skipped = {"train/update_skipped": 1.0, "train/held_samples": float(len(loop.held))}
+        them (short_batch=accumulate) or drop them. Reads the loop state, changes nothing of it."""
+        cfg, held = self.cfg, self.loop.held
         if not batch.steps:
-            return skipped
-        samples = loop.held + [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs)
-                               for s, a in zip(batch.steps, adv) if s.group_id in batch.mine]  # fmt: skip
+            return Update(False, held, {"train/update_skipped": 1.0, "train/held_samples": float(len(held))})
+        samples = held + [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs)
+                          for s, a in zip(batch.steps, adv) if s.group_id in batch.mine]  # fmt: skip
         # a NaN advantage counts: the learner then skips its non-finite step (max_bad_updates)
         useful = distributed.all_sum([sum(not abs(x.advantage) <= NEGLIGIBLE for x in samples)], self.world)[0]
         need = cfg.data.group_size if cfg.learner.min_update_samples is None else cfg.learner.min_update_samples
         if useful < max(need, 1):  # too little to learn from: hold it or drop it
-            loop.held = samples if cfg.learner.short_batch == "accumulate" else []
-            return {"train/update_skipped": 1.0, "train/held_samples": float(len(loop.held))}
-        loop.held = []
+            held = samples if cfg.learner.short_batch == "accumulate" else []
+            return Update(False, held, {"train/update_skipped": 1.0, "train/held_samples": float(len(held))})
         self.agent.backend.release()  # GPU vLLM sleep mode: the update gets the KV cache's memory
         with self.clock.section("train"):
             stats = {**self.learner.update(samples), "train/update_skipped": 0.0}
         stats["train/informative_samples"] = float(useful)
-        self._check_finite(it, stats)
-        return stats
-
-    def _check_finite(self, it: int, stats: dict[str, float]) -> None:
-        """Count updates whose every step was skipped for a non-finite loss or gradient; stop after
-        --max-bad-updates in a row, with the last good weights saved (skipped steps left them good)."""
-        loop = self.loop
-        loop.bad_updates = loop.bad_updates + 1 if stats.get("train/skipped_frac") == 1.0 else 0
-        if self.cfg.learner.max_bad_updates and loop.bad_updates >= self.cfg.learner.max_bad_updates:
-            path = self.save(it)
-            raise NumericError(f"{loop.bad_updates} updates in a row had a non-finite loss or gradient and "
-                               f"were skipped; the last good weights are saved in {path}")  # fmt: skip
+        return Update(True, [], stats)
 
     def sync(self, it: int, batch: Batch) -> None:
         """The engine gets the new weights; every --sync-check-every iterations a probe batch checks it."""
@@ -429,13 +450,12 @@ class Run:
             probe = probe_prompts([s.prompt_ids for s in batch.steps], engine.sync_probe_size)
             sync_backend(self.agent, self.model, self.cfg, self.dir, it, probe, check, self.world)
 
-    def log(self, it: int, batch: Batch, adv: np.ndarray, stats: dict[str, float], started: float) -> None:
+    def log(self, it: int, batch: Batch, adv: np.ndarray, stats: dict[str, float], started: float) -> dict[str, float]:
         """The iteration's metrics line (rollouts, rewards, data, advantages, update, memory, time), its
-        histograms and transcripts, the scorer audit when due, and the progress bar."""
+        histograms and transcripts, the scorer audit when due, and the progress bar; the metrics."""
         cfg, world, loop = self.cfg, self.world, self.loop
-        loop.iteration = it
-        loop.env_steps += sum(len(t.steps) for t in batch.collected)
-        rewards = distributed.merge_metrics(distributed.gather(self.rewards.metrics(), world))  # over ranks
+        rewards = Stats.merge_values(distributed.gather(self.rewards.metrics(), world),
+                                     total=lambda key: key.endswith("errors"))  # over ranks: error counts add up
         metrics = {**rollout_metrics(batch.collected), **rewards, **batch.stats, **stats}
         metrics["data/env_steps_total"] = float(loop.env_steps)
         per_rank = distributed.gather(distributed.peak_memory_gib(self.device), world)
@@ -459,25 +479,32 @@ class Run:
         shown = {"success": f"{metrics['rollout/success_rate']:.2f}", "loss": f"{metrics.get('train/loss', 0):.3f}"}
         held_out = {"eval": f"{loop.held_out:.2f}"} if loop.held_out is not None else {}
         self.bar.set_postfix(**shown, **held_out)
-        self._check_rewards(it, rewards)
+        return metrics
 
-    def _check_rewards(self, it: int, rewards: dict[str, float]) -> None:
-        """Count iterations in which a trained-on --reward source failed on every response (the reward
-        layer's count, from the metrics merged over ranks, so every rank stops alike); stop after
-        --max-failed-reward-iterations in a row, with the weights saved, as for non-finite updates: a run
-        whose reward is missing must not go on as if it learned."""
+    def stop_reason(self, metrics: dict[str, float]) -> Stop | None:
+        """Whether the loop ends after this iteration, and why:
+        - numeric: --max-bad-updates updates in a row had every step skipped for a non-finite loss or
+          gradient (skipped steps left the weights good);
+        - reward: a trained-on --reward source failed on every response for --max-failed-reward-iterations
+          in a row (the reward layer's count, from the metrics merged over ranks, so every rank stops
+          alike): a run whose reward is missing must not go on as if it learned;
+        - budget: --max-env-steps env steps are spent (a normal end)."""
+        loop, learner = self.loop, self.cfg.learner
+        if learner.max_bad_updates and loop.bad_updates >= learner.max_bad_updates:
+            n = loop.bad_updates
+            return Stop("numeric", NumericError, lambda path: f"{n} updates in a row had a non-finite loss or "
+                        f"gradient and were skipped; the last good weights are saved in {path}")  # fmt: skip
         limit = self.cfg.rewards.max_failed_reward_iterations
-        runs = self.rewards.count_failures(rewards)
+        runs = self.rewards.count_failures(metrics)
         failed = [name for name, n in runs.items() if limit and n >= limit]
         if failed:
-            name = failed[0]
-            path = self.save(it)
-            raise RewardError(f"--reward source {name!r} failed on every response for {runs[name]} iterations in a "
-                              f"row (first error: {self.rewards.first_error.get(name, 'unknown')}); the weights are "
-                              f"saved in {path}; fix the scorer, or --max-failed-reward-iterations 0 to go on")  # fmt: skip
-
-    def budget_spent(self) -> bool:
-        return bool(self.cfg.max_env_steps) and self.loop.env_steps >= self.cfg.max_env_steps
+            name, first = failed[0], self.rewards.first_error.get(failed[0], "unknown")
+            return Stop("reward", RewardError, lambda path: f"--reward source {name!r} failed on every response for "
+                        f"{runs[name]} iterations in a row (first error: {first}); the weights are saved in {path}; "
+                        "fix the scorer, or --max-failed-reward-iterations 0 to go on")  # fmt: skip
+        if self.cfg.max_env_steps and loop.env_steps >= self.cfg.max_env_steps:
+            return Stop("budget")
+        return None
 
     def due(self, every: int, it: int) -> bool:
         """Whether an every-N-iterations job runs after iteration `it` (the last one has its own)."""

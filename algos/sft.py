@@ -18,11 +18,12 @@ import numpy as np
 from tqdm import tqdm
 
 from agents.agent import LLMAgent, View
-from algos.collector import Collector, note_once
+from algos.collector import Collector
 from algos.config import Config, ConfigError, env_kwargs
 from algos.distributed import SINGLE
-from algos.learner import Learner, Sample
-from envs.base import HELD_OUT_SEED
+from algos.learner import Learner
+from algos.logprobs import Sample
+from envs.base import HELD_OUT_SEED, note_once
 from envs.workers import WorkerConfig
 
 

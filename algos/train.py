@@ -54,12 +54,15 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
             started = time.perf_counter()
             batch = run.rollout()  # num_groups x group_size episodes, rewards composed, dynamic sampling
             adv, adv_stats = run.advantages(batch)  # GRPO / GiGPO / RLOO, one per step row
-            update_stats = run.update(it, batch, adv)  # PPO-clip, or the samples held for later
-            if not update_stats["train/update_skipped"]:
+            update = run.update(batch, adv)  # PPO-clip, or the samples held for later
+            if update.applied:
                 run.sync(it, batch)  # the generation engine gets the new weights
-            run.log(it, batch, adv, {**adv_stats, **update_stats}, started)
-            if run.budget_spent():  # --max-env-steps
-                break
+            run.loop.advance(it, sum(len(t.steps) for t in batch.collected), update)
+            metrics = run.log(it, batch, adv, {**adv_stats, **update.stats}, started)
+            if stop := run.stop_reason(metrics):
+                if stop.error:  # the run cannot go on: the weights are saved, then one line and exit 1
+                    raise stop.error(stop.message(run.save(it)))
+                break  # --max-env-steps spent
             if run.due(run.cfg.log.eval_every, it) and run.cfg.log.eval_episodes:
                 run.evaluate(it)
             if run.due(run.cfg.log.save_every, it):

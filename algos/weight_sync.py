@@ -16,9 +16,10 @@ from dataclasses import replace
 
 import torch
 
-from agents.backend import Backend, Sampling
+from agents.backend import Backend
+from agents.generation import Sampling
 from algos.distributed import SINGLE, all_max
-from algos.learner import Sample, collate, response_logprobs
+from algos.logprobs import Sample, collate, response_logprobs
 
 TOLERANCE = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.1}
 
@@ -83,7 +84,7 @@ def sync_backend(agent, model, cfg, run, it: int, probe: list[list[int]], check:
     if not (check and probe and cfg.engine.backend != "hf"):  # the HF backend samples from the model itself
         return
     stats = logprob_gap(
-        agent.backend, model, probe, agent.sampling, cfg.sampling.temperature or 1.0, agent.tokenizer.pad_token_id,
+        agent.backend, model, probe, agent.sampling, cfg.sampling.sampling().score_temperature, agent.tokenizer.pad_token_id,
         len(agent.tokenizer),
     )  # fmt: skip
     stats["sync/logprob_diff_max"] = all_max(stats["sync/logprob_diff_max"], world)

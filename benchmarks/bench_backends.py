@@ -62,8 +62,7 @@ def sync_times(path, model, tokenizer, prompts, lora_rank: int, repeats: int, on
     import torch
     from peft import get_peft_model_state_dict
 
-    from agents.backend import Sampling
-    from agents.generation import EngineConfig
+    from agents.generation import EngineConfig, Sampling
     from agents.model import add_lora, hf_weights
     from agents.vllm_backend import VLLMBackend
     from algos.weight_sync import logprob_gap
@@ -113,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from agents.agent import LLMAgent
-    from agents.backend import HFBackend, Sampling
-    from agents.generation import EngineConfig
+    from agents.backend import HFBackend
+    from agents.generation import EngineConfig, Sampling
     from agents.model import load_model, load_tokenizer, resolve_model
     from agents.prompt import PromptBuilder
     from agents.vllm_backend import VLLMBackend, vllm_available

@@ -123,7 +123,8 @@ def memory_run(vocab: int, scored: int, plain: bool, samples: int, response: int
 
     import torch
 
-    from algos.learner import Learner, LearnerConfig
+    from algos.config import LearnerConfig
+    from algos.learner import Learner
 
     floor = maxrss_gib()
     model = profile_model(vocab)
@@ -243,7 +244,8 @@ def time_update(vocab: int, scored: int, samples: int, response: int, prompt: in
     import torch
 
     from algos import lm_head
-    from algos.learner import Learner, LearnerConfig, clip_grad_norm
+    from algos.config import LearnerConfig
+    from algos.learner import Learner, clip_grad_norm
     from algos.logprobs import collate
 
     model = profile_model(vocab, hidden=hidden)
@@ -342,7 +344,7 @@ def keydoor_prompts(tokenizer, backend, n: int) -> list[list[int]]:
 
     import envs  # noqa: F401  (registers the ids)
     from agents.agent import LLMAgent, View
-    from agents.backend import Sampling
+    from agents.generation import Sampling
     from agents.prompt import PromptBuilder
 
     agent = LLMAgent(tokenizer, backend, PromptBuilder(memory=1), Sampling())
@@ -359,7 +361,8 @@ def time_sampling(batch_sizes: list[int], steps: int, warmup: int = 3) -> list[d
     """Median ms of backend.decode and of sample() on its logits, per batch size and sampling mode."""
     import torch
 
-    from agents.backend import HFBackend, Sampling, sample
+    from agents.backend import HFBackend, sample
+    from agents.generation import Sampling
     from agents.model import load_model, load_tokenizer, resolve_model
     from agents.profiles import EOS_IDS, QWEN25
 

@@ -57,6 +57,17 @@ def note_once(message: str) -> None:
         print(f"note: {message}", file=sys.stderr)
 
 
+def choose(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    """A choice option's check: one line listing the choices."""
+    if value not in allowed:
+        raise ValueError(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
+
+
+def at_least(name: str, value: float, low: float) -> None:
+    if not value >= low:  # NaN fails too
+        raise ValueError(f"{name} must be >= {low:g} (got {value})")
+
+
 def text_space(min_length: int = 1) -> spaces.Text:
     return spaces.Text(max_length=MAX_TEXT, min_length=min_length, charset=CHARSET)
 

@@ -53,6 +53,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from envs.base import at_least, choose
+
 BACKENDS = ("process", "ray")
 IPC_SLACK = 5.0  # at most this many seconds (and at most the step timeout) beyond the timeout for an answer to come back
 MAKE_TIMEOUT = 600.0  # making an env may generate games (TextWorld): allowed longer than a step
@@ -84,11 +86,9 @@ class WorkerConfig:
 
     def check(self) -> None:
         """Raises ValueError (one line)."""
-        if self.env_backend not in BACKENDS:
-            raise ValueError(f"env_backend must be one of {', '.join(BACKENDS)} (got {self.env_backend!r})")
+        choose("env_backend", self.env_backend, BACKENDS)
         for name in ("env_step_timeout", "env_workers"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)})")
+            at_least(name, getattr(self, name), 0)
         if self.env_isolation and self.env_workers:
             raise ValueError("--env-isolation is one worker per env; pass it or --env-workers N, not both")
         if self.env_backend == "ray" and not (self.env_workers or self.env_isolation):

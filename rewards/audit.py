@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from envs.base import parse_number
 from rewards.base import RewardItem, Scorer, score_batch
 from rewards.layer import length_signals
-from rewards.verifiers import parse_number
 
 PROBES = (
     "",

@@ -26,8 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.generation import at_least, choose
-from envs.base import note_once
+from envs.base import at_least, choose, note_once
 from rewards import verifiers
 from rewards.base import JUDGE_MODES, OUTCOME, STEP, FunctionScorer, RewardItem, Scorer, score_batch
 

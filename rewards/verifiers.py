@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 
-from envs.base import parse_number  # noqa: F401  (the envs check answers with it too)
+from envs.base import parse_number
 
 # <think>...</think> (optional), then exactly one non-empty <action>...</action>, nothing else.
 _FORMAT = re.compile(r"^\s*(<think>(?:(?!</?think>).)*</think>\s*)?<action>[^<>]*\S[^<>]*</action>\s*$", re.DOTALL)

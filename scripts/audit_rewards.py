@@ -27,7 +27,8 @@ from pathlib import Path
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m scripts.audit_rewards", description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default="Arithmetic-v0", help="single-turn env id with info['answer']")
-    p.add_argument("--env-kwargs", nargs="*", default=[], metavar="KEY=VALUE", help="gymnasium.make keywords")
+    p.add_argument("--env-kwargs", nargs="*", default=[], metavar="KEY VALUE",
+                   help="gymnasium.make keywords, as for algos.train: KEY VALUE or KEY=VALUE pairs")
     p.add_argument("--reward", default="env,exact,numeric,format,rubric", help="scorers to audit (trainer syntax)")
     p.add_argument("--reward-tolerance", type=float, default=1e-6)
     p.add_argument("--reward-regex", default="")

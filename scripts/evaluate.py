@@ -37,7 +37,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoint", required=True, help="a checkpoint folder (runs/RUN/checkpoints/iter_N), a model "
                    "folder, or a built-in model (smollm2-135m-instruct: zero-shot)")
     p.add_argument("--env", default="", help="env id; default: the env the checkpoint was trained on")
-    p.add_argument("--env-kwargs", nargs="*", default=[], metavar="KEY=VALUE")
+    p.add_argument("--env-kwargs", nargs="*", default=[], metavar="KEY VALUE",
+                   help="gymnasium.make keywords, as for algos.train: KEY VALUE or KEY=VALUE pairs")
     p.add_argument("--episodes", type=int, default=64, help="held-out tasks (K)")
     p.add_argument("--samples", type=int, default=1, help="episodes per task, for pass@k (k <= samples)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")

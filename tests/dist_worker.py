@@ -16,9 +16,11 @@ from dataclasses import replace
 
 import torch
 
-from agents.model import load_model, resolve_model
+from agents.model import full_state_dict, load_model, resolve_model
 from algos import distributed
-from algos.learner import Learner, LearnerConfig, Sample, collate, response_logprobs
+from algos.config import LearnerConfig
+from algos.learner import Learner
+from algos.logprobs import Sample, collate, response_logprobs
 
 RANKS = 2
 # (name, parallel, learner options): two SGD steps each (ppo_epochs=2), micro-batches of 3
@@ -95,7 +97,7 @@ def main(out_dir: str) -> None:
         net = model()
         lrn = learner(net, options, world, parallel)
         stats = lrn.update(share(data, world.rank, world.size, options.get("split", 9)))
-        weights = distributed.full_state_dict(lrn.model, rank0_only=True)
+        weights = full_state_dict(lrn.model, rank0_only=True)
         if world.main:
             torch.save({"weights": weights, "stats": stats}, f"{out_dir}/{name}.pt")
         distributed.barrier(world)

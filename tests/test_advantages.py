@@ -119,7 +119,7 @@ KA = ["a", "b", "c", "d", "b", "e"]
 
 
 def test_gigpo_shared_anchor_hand_computed() -> None:
-    out = gigpo_advantages(RA, TA, GA, KA, gamma=0.5)
+    out = gigpo_advantages(RA, TA, GA, KA, gamma=0.5, norm="mean")
     close(out, [-0.5, -0.875, -0.5, -0.5, 0.875, 0.5])
     assert out.dtype == np.float32
     # mean_std: episode std of {1, 2} = sqrt(0.5) -> +-0.5 / (sqrt(0.5) + 1e-6) = +-0.70710578;
@@ -131,8 +131,8 @@ def test_gigpo_shared_anchor_hand_computed() -> None:
 
 
 def test_gigpo_omega_scaling() -> None:
-    close(gigpo_advantages(RA, TA, GA, KA, gamma=0.5, omega=2.0), [-0.5, -1.25, -0.5, -0.5, 1.25, 0.5])
-    close(gigpo_advantages(RA, TA, GA, KA, gamma=0.5, omega=0.0), [-0.5] * 4 + [0.5] * 2)
+    close(gigpo_advantages(RA, TA, GA, KA, gamma=0.5, omega=2.0, norm="mean"), [-0.5, -1.25, -0.5, -0.5, 1.25, 0.5])
+    close(gigpo_advantages(RA, TA, GA, KA, gamma=0.5, omega=0.0, norm="mean"), [-0.5] * 4 + [0.5] * 2)
     for norm in ("mean", "mean_std"):
         base = grpo_advantages(RA, TA, GA, norm=norm)
         out = gigpo_advantages(RA, TA, GA, KA, gamma=0.5, omega=0.0, norm=norm)
@@ -150,14 +150,14 @@ def test_singleton_anchors_have_zero_step_advantage() -> None:
 def test_repeated_visits_join_one_anchor() -> None:
     # One trajectory, states a b a, rewards 1 0 0, gamma 0.5 -> G = 1 0 0. Anchor a: {1, 0},
     # mean 0.5 -> +0.5, -0.5; b is a singleton; the lone trajectory's episode term is 0.
-    out = gigpo_advantages([1.0, 0.0, 0.0], [0, 0, 0], [0, 0, 0], ["a", "b", "a"], gamma=0.5)
+    out = gigpo_advantages([1.0, 0.0, 0.0], [0, 0, 0], [0, 0, 0], ["a", "b", "a"], gamma=0.5, norm="mean")
     close(out, [0.5, 0.0, -0.5])
     np.testing.assert_array_equal(anchor_group_sizes([0, 0, 0], ["a", "b", "a"]), [2, 1, 2])
 
 
 def test_same_key_in_different_groups_does_not_join() -> None:
     # If "s" joined across groups the step terms would be +-0.5; each group has one trajectory.
-    out = gigpo_advantages([1.0, 0.0], [0, 1], [0, 1], ["s", "s"], gamma=0.5)
+    out = gigpo_advantages([1.0, 0.0], [0, 1], [0, 1], ["s", "s"], gamma=0.5, norm="mean")
     close(out, [0.0, 0.0])
     np.testing.assert_array_equal(anchor_group_sizes([0, 1], ["s", "s"]), [1, 1])
 
@@ -167,7 +167,7 @@ def test_same_key_in_different_groups_does_not_join() -> None:
 
 def test_empty_input() -> None:
     for out in (
-        gigpo_advantages([], [], [], []),
+        gigpo_advantages([], [], [], [], norm="mean"),
         grpo_advantages([], [], []),
         discounted_returns([], [], 0.9),
     ):
@@ -177,7 +177,7 @@ def test_empty_input() -> None:
 
 def test_validation_errors() -> None:
     with pytest.raises(ValueError, match="same length"):
-        gigpo_advantages([1.0, 2.0], [0, 0], [0, 0], ["a"])
+        gigpo_advantages([1.0, 2.0], [0, 0], [0, 0], ["a"], norm="mean")
     with pytest.raises(ValueError, match="same length"):
         grpo_advantages([1.0], [0, 0], [0, 0])
     with pytest.raises(ValueError, match="same length"):
@@ -190,7 +190,7 @@ def test_validation_errors() -> None:
         grpo_advantages([1.0], [0], [0], episode_baseline="row")
     for gamma in (-0.1, 1.5, math.nan):
         with pytest.raises(ValueError, match="gamma"):
-            gigpo_advantages([1.0], [0], [0], ["a"], gamma=gamma)
+            gigpo_advantages([1.0], [0], [0], ["a"], gamma=gamma, norm="mean")
         with pytest.raises(ValueError, match="gamma"):
             discounted_returns([1.0], [0], gamma)
     with pytest.raises(ValueError, match="more than one group"):
@@ -389,6 +389,6 @@ def test_penalty_on_the_faulty_step_only_hand_computed() -> None:
 
 def test_per_row_penalties_need_the_step_baseline() -> None:
     with pytest.raises(ValueError, match="episode_baseline='step'"):
-        gigpo_advantages([0.0, 1.0], [0, 1], [0, 0], ["a", "a"], penalties=[0.1, 0.0])
+        gigpo_advantages([0.0, 1.0], [0, 1], [0, 0], ["a", "a"], penalties=[0.1, 0.0], norm="mean")
     with pytest.raises(ValueError, match="one value per row"):
         grpo_advantages([0.0, 1.0], [0, 1], [0, 0], episode_baseline="step", penalties=[0.1])

@@ -1,5 +1,6 @@
 from agents.agent import LLMAgent, View
-from agents.backend import HFBackend, Sampling
+from agents.backend import HFBackend
+from agents.generation import Sampling
 from agents.parser import STATUSES
 from agents.prompt import PromptBuilder
 

@@ -1,7 +1,8 @@
 import torch
 
-from agents.backend import HFBackend, Sampling
-from algos.learner import Sample, collate, response_logprobs
+from agents.backend import HFBackend
+from agents.generation import Sampling
+from algos.logprobs import Sample, collate, response_logprobs
 
 
 def _prompts(tokenizer):

@@ -2,7 +2,9 @@
 wrong type, a broken env or reward module, or a scorer that always fails, gives its exit code, exactly
 one `error:` line on stderr and no traceback, and leaves no run directory (a run stopped by its scorer
 keeps its weights). Then the pieces by hand: the config's type checks, the scorer's errors and the
-metrics reader that tolerates a line cut by a kill."""
+metrics reader that tolerates a line cut by a kill. Each bad input is checked once: through a process
+where the process is the point (its exit code, stderr, nothing written), in-process for the config
+mistakes that stop a run before anything loads."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pytest
 
 from algos.config import Config, ConfigError, check_types, from_flat, load_preset, typed, validate
 from algos.run_dir import read_metrics
+from algos.train import main as train_main
 from rewards.base import FunctionScorer, RewardItem, score_batch
 from rewards.layer import RewardLayer
 from scripts.plot import main as plot_main
@@ -91,6 +94,7 @@ CASES = [
     ("yaml-int-float", ["--config", "iterations_float.yaml"], 2, "iterations must be an integer (got 2.5)"),
     ("yaml-inf", ["--config", "lr_inf.yaml"], 2, "lr must be a finite number (got inf)"),
     ("flag-nan", ["--lr", "nan"], 2, "lr must be a finite number (got nan)"),
+    ("algo-unknown", ["--algo", "ppo"], 2, "unknown algo 'ppo'; choose one of: grpo, gigpo, rloo"),
     ("flag-inf-optional", ["--clip-ratio-c", "inf"], 2, "clip_ratio_c must be a finite number or null (got inf)"),
     ("report-to-unknown", ["--report-to", "tensorboard,mlflow"], 2, "--report-to 'tensorboard,mlflow': unknown reporter mlflow"),
     ("reset-raises", ["--env", "badenvs:RaisingReset-v0"], 2,
@@ -148,6 +152,53 @@ def test_a_bad_input_is_one_line(case, flags, code, needle, tmp_path, tiny_path)
     assert "saved in run/checkpoints/iter_2" in errors[0]
     rows = [r for r in read_metrics(run) if f"reward/{source}/errors" in r]
     assert [r["iteration"] for r in rows] == [1, 2] and all(r[f"reward/{source}/errors"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--env", "KeyDor-v0"], "did you mean KeyDoor-v0"),
+        (["--env", "nosuchpkg:Thing-v0"], "cannot import 'nosuchpkg'"),
+        (["--group-size", "1"], "group_size must be >= 2"),
+        (["--ppo-epochs", "0"], "ppo_epochs must be >= 1"),
+        (["--prompt-template", "fancy"], "unknown prompt_template 'fancy'"),
+        (["--iterations", "0"], "iterations must be >= 1"),
+        (["--model", "./no/such/checkpoint"], "does not exist"),
+        (["--config", "configs/nope.yaml"], "not found"),
+        (["--kl-estimator", "k4"], "choose one of: k1, k2, k3"),
+        (["--clip-ratio-c", "0.5"], "clip_ratio_c must be > 1"),
+        (["--importance-sampling-level", "seq"], "choose one of: token, sequence"),
+        (["--anchor", "text"], "choose one of: state_key, similarity"),
+        (["--rollout-is", "tok"], "choose one of: auto, off, token, sequence"),
+        (["--backend", "sglang"], "choose one of: hf, vllm"),
+        (["--backend", "vllm", "--device", "cpu", "--vllm-sleep"], "need a GPU"),
+        (["--backend", "vllm", "--vllm-max-model-len", "100"], "vllm_max_model_len 100 < max_prompt_tokens"),
+        (["--backend", "vllm", "--vllm-gpu-memory-utilization", "1.5"], "must be in (0, 1]"),
+        (["--sync-probe-size", "0"], "sync_probe_size >= 1"),
+        (["--vllm-lora-sync", "fused"], "choose one of: auto, adapter, merged"),
+        (["--backend", "vllm", "--vllm-lora-sync", "adapter"], "needs --lora-rank > 0"),
+        (["--rollout-is-cap", "1"], "rollout_is_cap must be > 1"),
+        (["--similarity-threshold", "0"], "similarity_threshold must be in (0, 1]"),
+        (["--warmup-steps", "-1"], "warmup_steps must be >= 0 (got -1)"),
+        (["--max-grad-norm", "0"], "max_grad_norm must be > 0 (got 0.0)"),
+        (["--env-kwargs", "level"], "'level' has no value; pass KEY VALUE or KEY=VALUE"),
+    ],
+)
+def test_a_config_mistake_is_one_line_and_exit_code_2(capsys, flags, needle, tmp_path):
+    """In-process: checked before anything loads, so no process is needed to see it."""
+    assert train_main([*flags, "--output-dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and needle in err and "\n" not in err
+    assert not (tmp_path / "x").exists()  # nothing was created before the check
+
+
+def test_backend_vllm_without_vllm_installed_is_one_line(capsys, monkeypatch, tmp_path):
+    import agents.vllm_backend
+
+    monkeypatch.setattr(agents.vllm_backend, "vllm_available", lambda: False)
+    assert train_main(["--backend", "vllm", "--output-dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --backend vllm needs vLLM") and "\n" not in err
 
 
 # ---- the config's type checks, by hand ------------------------------------------------

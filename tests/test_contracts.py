@@ -21,7 +21,8 @@ import torch
 
 import envs  # noqa: F401  (registers the built-in ids)
 from agents.agent import LLMAgent
-from agents.backend import Backend, HFBackend, Sampling
+from agents.backend import Backend, HFBackend
+from agents.generation import Sampling
 from agents.vllm_backend import VLLMBackend
 from algos.collector import Collector
 from envs.base import StepInfo

@@ -28,7 +28,7 @@ def _measure(sampler: TaskSampler, task: int, p: float, g: int, rng) -> None:
 # -- estimates -------------------------------------------------------------------------
 def test_estimates_converge_on_a_scripted_policy():
     truth = {t: [0.0, 0.25, 0.5, 0.75, 1.0][t % 5] for t in range(20)}
-    sampler = TaskSampler(list(truth), seed=0, decay=1.0)
+    sampler = TaskSampler(list(truth), DataConfig(sampler_decay=1.0), seed=0)
     rng = np.random.default_rng(0)
     for _ in range(150):
         for task in sampler.sample(5):
@@ -41,7 +41,7 @@ def test_estimates_converge_on_a_scripted_policy():
 
 
 def test_estimates_follow_a_policy_that_improves():
-    sampler = TaskSampler([0], seed=0, decay=0.9)
+    sampler = TaskSampler([0], DataConfig(sampler_decay=0.9), seed=0)
     rng = np.random.default_rng(1)
     for it in range(60):
         _measure(sampler, sampler.sample(1)[0], 0.0 if it < 30 else 0.8, 8, rng)
@@ -52,7 +52,7 @@ def test_estimates_follow_a_policy_that_improves():
 
 
 def test_usefulness_by_hand():
-    sampler = TaskSampler([0, 1], seed=0, group_size=2)
+    sampler = TaskSampler([0, 1], DataConfig(group_size=2), seed=0)
     # unseen, Beta(1/2, 1/2): E[p^2] = (1/2)(3/2)/(1 x 2) = 3/8 on each side -> 1 - 3/4
     assert sampler.usefulness(0) == pytest.approx(0.25)
     sampler.update(1, 1, 1)  # Beta(3/2, 3/2): E[p^2] = (3/2)(5/2)/(3 x 4) = 5/16 -> 1 - 5/8
@@ -62,7 +62,7 @@ def test_usefulness_by_hand():
 # -- sampling ----------------------------------------------------------------------------
 def _three_kinds(mode: str) -> tuple[TaskSampler, set[int]]:
     """30 tasks measured 16 times each: 10 never solved, 10 half the time, 10 always."""
-    sampler = TaskSampler(list(range(30)), mode=mode, seed=0, explore=0.0)
+    sampler = TaskSampler(list(range(30)), DataConfig(task_sampler=mode, explore_frac=0.0), seed=0)
     for t in range(30):
         wins = [0, 8, 16][t % 3]
         sampler.update(t, wins, 16 - wins)
@@ -84,7 +84,7 @@ def test_uniform_sampling_ignores_pass_rates():
 
 
 def test_unseen_tasks_are_explored():
-    sampler = TaskSampler(list(range(100)), seed=0, explore=0.25)
+    sampler = TaskSampler(list(range(100)), DataConfig(explore_frac=0.25), seed=0)
     for t in range(50):
         sampler.update(t, 4, 4)  # half the pool measured, all in the band
     draws = [sampler.sample(8) for _ in range(50)]
@@ -92,7 +92,7 @@ def test_unseen_tasks_are_explored():
 
 
 def test_stale_tasks_are_remeasured():
-    sampler = TaskSampler(list(range(50)), seed=0, explore=0.0, stale_after=10)
+    sampler = TaskSampler(list(range(50)), DataConfig(explore_frac=0.0, stale_after=10), seed=0)
     sampler.update(7, 16, 0)  # always solved: low usefulness, rarely drawn by weight
     fresh = sampler.estimate(7)[1]
     for _ in range(10):
@@ -105,7 +105,7 @@ def test_stale_tasks_are_remeasured():
 
 
 def test_sampler_state_survives_a_checkpoint_round_trip():
-    a = TaskSampler(list(range(40)), seed=3)
+    a = TaskSampler(list(range(40)), DataConfig(), seed=3)
     rng = np.random.default_rng(0)
     for _ in range(5):
         for t in a.sample(6):
@@ -114,7 +114,7 @@ def test_sampler_state_survives_a_checkpoint_round_trip():
     buf = io.BytesIO()
     torch.save({"sampler": a.state_dict()}, buf)
     buf.seek(0)
-    b = TaskSampler(list(range(40)), seed=99)
+    b = TaskSampler(list(range(40)), DataConfig(), seed=99)
     b.load_state_dict(torch.load(buf, weights_only=True)["sampler"])
     for _ in range(3):
         assert a.sample(6) == b.sample(6)
@@ -171,7 +171,7 @@ def scripted_collect(mixed: set[int], calls: list):
 
 
 def test_dynamic_sampling_replaces_zero_variance_groups():
-    sampler = TaskSampler(list(range(40)), mode="uniform", seed=0)
+    sampler = TaskSampler(list(range(40)), DataConfig(task_sampler="uniform"), seed=0)
     layer = DataLayer(DataConfig(num_groups=4, group_size=4, max_extra_groups=100), sampler)
     calls: list = []
     kept, collected, m = layer.next_batch(scripted_collect(set(range(0, 40, 2)), calls))
@@ -186,7 +186,7 @@ def test_dynamic_sampling_replaces_zero_variance_groups():
 
 
 def test_dynamic_sampling_stops_at_the_cap_and_trains_on_what_there_is():
-    sampler = TaskSampler(list(range(40)), mode="uniform", seed=0)
+    sampler = TaskSampler(list(range(40)), DataConfig(task_sampler="uniform"), seed=0)
     layer = DataLayer(DataConfig(num_groups=4, group_size=4, max_extra_groups=6), sampler)
     calls: list = []
     kept, collected, m = layer.next_batch(scripted_collect({0, 1, 2, 3, 4, 5}, calls))
@@ -199,7 +199,8 @@ def test_dynamic_sampling_stops_at_the_cap_and_trains_on_what_there_is():
 
 
 def test_with_no_informative_group_there_is_nothing_to_train_on():
-    layer = DataLayer(DataConfig(num_groups=4, group_size=4, max_extra_groups=4), TaskSampler(list(range(40))))
+    cfg = DataConfig(num_groups=4, group_size=4, max_extra_groups=4)
+    layer = DataLayer(cfg, TaskSampler(list(range(40)), cfg))
     kept, collected, m = layer.next_batch(scripted_collect(set(), []))
     assert kept == [] and len(collected) == 32
     assert m["data/groups_kept"] == 0 and m["data/short_of_target"] == 4
@@ -209,7 +210,7 @@ def test_with_no_informative_group_there_is_nothing_to_train_on():
 def test_the_trainer_decides_what_is_informative():
     """A group with equal returns is kept when the predicate says its advantages are not all zero
     (GiGPO's step term), and a group with mixed returns dropped when it says they are."""
-    sampler = TaskSampler(list(range(40)), mode="uniform", seed=0)
+    sampler = TaskSampler(list(range(40)), DataConfig(task_sampler="uniform"), seed=0)
     odd = lambda group: group[0].seed % 2 == 1  # noqa: E731
     kept, collected, m = DataLayer(DataConfig(num_groups=4, group_size=4), sampler, odd).next_batch(
         scripted_collect(set(range(40)), [])
@@ -220,13 +221,14 @@ def test_the_trainer_decides_what_is_informative():
 
 
 def test_without_dynamic_sampling_every_group_is_kept():
-    layer = DataLayer(DataConfig(num_groups=4, group_size=4, dynamic_sampling=False), TaskSampler(list(range(9))))
+    cfg = DataConfig(num_groups=4, group_size=4, dynamic_sampling=False)
+    layer = DataLayer(cfg, TaskSampler(list(range(9)), cfg))
     kept, collected, m = layer.next_batch(scripted_collect(set(), []))
     assert kept == collected and len(kept) == 16 and m["rollout/frac_zero_std_groups"] == 1.0
 
 
 def test_adaptive_group_sizes_within_the_budget():
-    sampler = TaskSampler(list(range(40)), seed=0, explore=0.0)
+    sampler = TaskSampler(list(range(40)), DataConfig(explore_frac=0.0), seed=0)
     outcomes = [(0, 16), (8, 8), (15, 1)]  # hard (p = 0.03), medium (0.5), easy (0.91)
     for t in range(40):
         sampler.update(t, *outcomes[t % 3])
@@ -260,12 +262,12 @@ def test_advantages_with_unequal_group_sizes_equal_each_group_alone():
             tid += 1
     traj, group, rewards = np.array(traj), np.array(group), np.array(rewards)
     together = grpo_advantages(rewards, traj, group)
-    steps = gigpo_advantages(rewards, traj, group, keys)
+    steps = gigpo_advantages(rewards, traj, group, keys, norm="mean")
     for g in range(len(sizes)):
         m = group == g
         np.testing.assert_allclose(together[m], grpo_advantages(rewards[m], traj[m], group[m]), atol=1e-6)
         sub_keys = [k for k, keep in zip(keys, m) if keep]
-        np.testing.assert_allclose(steps[m], gigpo_advantages(rewards[m], traj[m], group[m], sub_keys), atol=1e-6)
+        np.testing.assert_allclose(steps[m], gigpo_advantages(rewards[m], traj[m], group[m], sub_keys, norm="mean"), atol=1e-6)
 
 
 # -- collector and the trainer -----------------------------------------------------------------

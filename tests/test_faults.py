@@ -3,8 +3,9 @@
 import itertools
 import json
 import random
-import string
+import sys
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -12,11 +13,14 @@ import pytest
 
 import envs  # noqa: F401
 from agents.agent import Act
-from agents.parser import STATUSES, parse_action
+from agents.parser import parse_action
 from algos.collector import Collector
 from algos.train import main as train_main
 from envs.keydoor import KeyDoorEnv
 from envs.workers import StepTimeout, WorkerConfig, deadline
+
+sys.path.insert(0, str(Path(__file__).parent))
+from adversarial import adversarial_strings  # noqa: E402
 
 INJECTED = {"raise": 0, "hang": 0}
 _FAULT_SEEDS = itertools.count()
@@ -78,49 +82,6 @@ class ScriptedText:
         return out
 
 
-def adversarial_strings(n: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    fixed = ["", " ", "\x00", "\x00" * 50, "<action>", "</action>", "<action></action>", "<action><action>x</action>",
-             "<action>" * 1000 + "go north" + "</action>" * 1000, "<think>" + "x" * 100_000, "<ACTION>GO NORTH</ACTION>",
-             "<action>go\nnorth</action>", "<action>\u202ego north</action>", "<action>ｇｏ ｎｏｒｔｈ</action>",
-             "<action>🐍🐍🐍</action>", "\ud800", "<action>take " + "a" * 10_000 + "</action>", "<action>-1e309</action>",
-             "<action>1/0</action>", "<action>nan</action>", "<action>{answer}</action>", "%s%n%x", "'; DROP TABLE;--",
-             "<action>go north</action><action>go south</action>", "\r\n\t\v\f", "<action> \t </action>"]  # fmt: skip
-    alphabet = string.printable + "<>/\\{}\x00\x7f\u00e9\u4e2d\U0001f600"
-    out = list(fixed)
-    while len(out) < n:
-        kind = rng.random()
-        body = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 300)))
-        if kind < 0.3:
-            out.append(body)
-        elif kind < 0.6:
-            out.append(f"<think>{body}</think><action>{body[: rng.randint(0, 40)]}</action>")
-        elif kind < 0.8:
-            out.append(bytes(rng.randrange(256) for _ in range(rng.randint(0, 200))).decode("latin-1"))
-        else:
-            out.append(f"<action>{rng.choice(['go', 'take', 'unlock', 'guess', ''])} {body[:30]}</action>")
-    return out
-
-
-def test_parser_never_raises_on_1000_adversarial_strings():
-    for text in adversarial_strings(1500):
-        command, status = parse_action(text, ["go north", "take key"])
-        assert status in STATUSES and isinstance(command, str) and len(command) <= 200
-        assert parse_action(text)[1] in STATUSES
-
-
-def test_tool_call_parsers_never_raise_on_adversarial_strings():
-    from envs.keydoor import TOOLS
-
-    deep = ["<tool_call>" + "[" * 100_000 + "</tool_call>", "{" * 100_000, '{"name": "act", "arguments": ' * 5000]
-    for text in [*adversarial_strings(600, seed=7), *deep]:
-        for body in (text, f"<tool_call>{text}</tool_call>", f'{{"name": "go", "arguments": {{"direction": "{text}"}}}}'):
-            for fmt in ("tool_call", "json"):
-                for tools in (None, list(TOOLS)):
-                    command, status = parse_action(body, ["go north", "take key"], action_format=fmt, tools=tools)
-                    assert status in STATUSES and isinstance(command, str) and len(command) <= 200
-
-
 @pytest.mark.parametrize(("env_id", "kwargs"), [("KeyDoor-v0", {}), ("Arithmetic-v0", {"level": 3}),
                                                 ("WordProblems-v0", {"level": 3})])  # fmt: skip
 def test_env_step_path_survives_any_text(env_id, kwargs):
@@ -171,7 +132,9 @@ def test_a_nan_loss_leaves_weights_and_optimizer_bit_identical(tiny):
 
     import torch
 
-    from algos.learner import Learner, LearnerConfig, Sample
+    from algos.config import LearnerConfig
+    from algos.learner import Learner
+    from algos.logprobs import Sample
 
     model, tok = tiny
     model = copy.deepcopy(model)
@@ -234,6 +197,8 @@ def test_repeated_nan_updates_stop_with_the_last_good_weights(tmp_path, monkeypa
     assert train_main([*TINY, "--iterations", "10", "--max-bad-updates", "3", "--output-dir", str(out)]) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: 3 updates in a row had a non-finite loss") and "iter_3" in err
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["train/skipped_frac"] for r in rows if "train/skipped_frac" in r] == [1.0, 1.0, 1.0]  # iteration 3 logged
     warm = load_file(out / "checkpoints" / "iter_0" / "model.safetensors")
     last = load_file(out / "checkpoints" / "iter_3" / "model.safetensors")
     assert all(np.array_equal(warm[k].numpy(), last[k].numpy()) for k in warm)  # no update ever applied

@@ -1,6 +1,6 @@
 """The layers import one way (docs/design.md, Layers): envs <- agents <- rewards <- algos <- scripts,
 benchmarks. A module imports its own layer or lower ones, never a higher one, also inside a function;
-imports form no cycle; the config imports without torch."""
+imports form no cycle; the config imports without torch; a name is imported from the module that defines it."""
 
 from __future__ import annotations
 
@@ -112,3 +112,38 @@ def test_the_config_imports_without_torch() -> None:
 def test_the_config_sections_import_without_torch(module) -> None:
     code = f"import sys, {module}; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+def reexports(files: dict[str, Path]) -> list[str]:
+    """`from pkg.mod import name` where pkg.mod did not define `name` but imported it: a second home
+    for the name. A package's `__all__` is its public surface and may gather names (envs.TextEnv)."""
+    known = modules()
+
+    def borrowed(module: str) -> set[str]:
+        tree = ast.parse(known[module].read_text())
+        public = {name for n in tree.body if isinstance(n, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
+                  for name in ast.literal_eval(n.value)}  # fmt: skip
+        names = {a.asname or a.name for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        return names - public
+
+    found = []
+    for where, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module in known:
+                found += [f"{where}:{node.lineno} imports {a.name} from {node.module}, which imports it from elsewhere"
+                          for a in node.names if a.name in borrowed(node.module)
+                          and f"{node.module}.{a.name}" not in known]  # fmt: skip
+    return found
+
+
+def test_every_name_is_imported_from_its_home() -> None:
+    files = {str(p.relative_to(ROOT)): p for p in [*modules().values(), *sorted((ROOT / "tests").glob("*.py"))]}
+    found = reexports(files)
+    assert not found, "\n".join(found)
+
+
+def test_the_checker_sees_a_borrowed_name(tmp_path) -> None:
+    f = tmp_path / "user.py"
+    f.write_text("from algos.learner import Sample\nfrom algos.logprobs import Sample\n")
+    assert reexports({"user.py": f}) == ["user.py:1 imports Sample from algos.learner, which imports it from elsewhere"]

@@ -6,16 +6,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from algos.learner import (
-    Learner,
-    LearnerConfig,
-    Sample,
-    aggregate,
-    collate,
-    ppo_token_loss,
-    response_logprobs,
-    rollout_is_weights,
-)
+from algos.config import LearnerConfig
+from algos.learner import Learner, aggregate, ppo_token_loss, rollout_is_weights
+from algos.logprobs import Sample, collate, response_logprobs
 
 
 def test_ratio_one_reduces_to_the_policy_gradient():

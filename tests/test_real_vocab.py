@@ -18,7 +18,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-from agents.backend import HFBackend, Sampling
+from agents.backend import HFBackend
+from agents.generation import Sampling
 from agents.model import stop_ids
 from agents.profiles import EOS_IDS, MODEL_VOCAB, QWEN25
 from algos.logprobs import Sample, collate

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from agents.backend import BLOCK, HFBackend, Sampling, block_sums, draw, sample
-from algos.learner import Learner, LearnerConfig
+from agents.backend import BLOCK, HFBackend, block_sums, draw, sample
+from agents.generation import Sampling
+from algos.config import LearnerConfig
+from algos.learner import Learner
 from algos.logprobs import Sample, collate, response_logprobs
 
 V_REAL = 151_936  # Qwen2.5's head rows: 593.5 blocks, so the last block is short

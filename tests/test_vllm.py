@@ -21,12 +21,14 @@ else:
     pytest.importorskip("vllm")
 
 from agents.agent import LLMAgent, View
-from agents.backend import HFBackend, Sampling
-from agents.generation import EngineConfig
+from agents.backend import HFBackend
+from agents.generation import EngineConfig, Sampling
 from agents.model import add_lora, load_model, load_tokenizer
 from agents.prompt import PromptBuilder
 from agents.vllm_backend import VLLMBackend, adapter_rank
-from algos.learner import Learner, LearnerConfig, Sample, collate, response_logprobs
+from algos.config import LearnerConfig
+from algos.learner import Learner
+from algos.logprobs import Sample, collate, response_logprobs
 from algos.weight_sync import SyncError, check_gap, logprob_gap, tolerance_for
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -76,7 +76,7 @@ def test_the_pool_follows_the_config():
     ({"env_workers": -1}, "env_workers must be >= 0"),
     ({"env_workers": 2, "env_isolation": True}, "not both"),
     ({"env_backend": "ray"}, "pass --env-workers N"),
-    ({"env_backend": "dask", "env_workers": 2}, "env_backend must be one of process, ray"),
+    ({"env_backend": "dask", "env_workers": 2}, "unknown env_backend 'dask'; choose one of: process, ray"),
     ({"ray_address": "auto", "env_workers": 2}, "--ray-address is for --env-backend ray"),
 ])  # fmt: skip
 def test_bad_worker_settings_are_one_line(flags, message):
