@@ -5,6 +5,7 @@ imports form no cycle; the config imports without torch; a name is imported from
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -119,13 +120,14 @@ def reexports(files: dict[str, Path]) -> list[str]:
     for the name. A package's `__all__` is its public surface and may gather names (envs.TextEnv)."""
     known = modules()
 
-    def borrowed(module: str) -> set[str]:
+    @functools.cache  # each module parsed once, not once per name imported from it
+    def borrowed(module: str) -> frozenset[str]:
         tree = ast.parse(known[module].read_text())
         public = {name for n in tree.body if isinstance(n, ast.Assign)
                   and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
                   for name in ast.literal_eval(n.value)}  # fmt: skip
         names = {a.asname or a.name for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
-        return names - public
+        return frozenset(names - public)
 
     found = []
     for where, path in files.items():

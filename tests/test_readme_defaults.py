@@ -64,7 +64,9 @@ def mismatches(readme: str, defaults: dict) -> list[str]:
             out.append(f"{names}: {len(names)} flags but {len(stated)} defaults {stated}")
             continue
         for name, text in zip(names, stated):
-            value = RESOLVED.get(name, defaults.get(name)) if defaults.get(name) is None else defaults[name]
+            value = defaults.get(name)  # None: unset (resolved later) or not an option (reported above)
+            if value is None:
+                value = RESOLVED.get(name)
             if name in DESCRIBED:
                 words, unset = DESCRIBED[name]
                 if text != words or defaults[name] != unset:
