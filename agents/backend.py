@@ -29,7 +29,8 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from agents.generation import Sampling
-from agents.model import autocast, full_state_dict
+from agents.model import autocast
+from agents.weights import full_state_dict
 
 
 @runtime_checkable

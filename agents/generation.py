@@ -16,7 +16,7 @@ from agents.tools import ACTION_FORMATS
 from envs.base import at_least, choose
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplingConfig:
     """-- prompts and sampling --"""
 
@@ -66,7 +66,7 @@ BACKENDS = ("hf", "vllm")
 LORA_SYNCS = ("auto", "adapter", "merged")
 
 
-@dataclass
+@dataclass(frozen=True)
 class EngineConfig:
     """-- generation engine --"""
 
@@ -94,8 +94,8 @@ class EngineConfig:
     sync_tolerance: float = 0.0
     """Largest allowed |engine - trainer| logprob on the probe; 0 = by dtype (float32 1e-3, bfloat16 0.25, float16 0.1)."""
 
-    def check(self, on_gpu: bool) -> None:
-        """The engine's own values; `on_gpu`: whether the run's device is a GPU."""
+    def check(self) -> None:
+        """The engine's own values (what needs a GPU is checked against the device, algos/validate.py)."""
         choose("backend", self.backend, BACKENDS)
         choose("vllm_lora_sync", self.vllm_lora_sync, LORA_SYNCS)
         if self.sync_check_every < 0 or self.sync_probe_size < 1 or self.sync_tolerance < 0:
@@ -110,5 +110,3 @@ class EngineConfig:
             raise ValueError(
                 "need vllm_kv_cache_gib >= 0, vllm_max_model_len >= 0 and vllm_tensor_parallel_size >= 1"
             )
-        if not on_gpu and (self.vllm_sleep or self.vllm_tensor_parallel_size > 1):
-            raise ValueError("--vllm-sleep and --vllm-tensor-parallel-size > 1 need a GPU (the CPU engine has neither)")

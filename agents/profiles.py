@@ -1,6 +1,6 @@
 """Real-vocabulary model profiles, built offline: `--model tiny-qwen2.5` (and `random-qwen2.5-1.5b`).
 
-The tiny default (agents/model.py) has a 1,028-token vocabulary, which hides what real
+The tiny default (agents/tiny.py) has a 1,028-token vocabulary, which hides what real
 checkpoints cost and break. This profile is shaped like Qwen2.5-Instruct where it matters
 for a trainer, with random weights and a small body so it runs on a laptop CPU:
 

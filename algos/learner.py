@@ -37,7 +37,7 @@ import torch
 
 from agents.generation import SamplingConfig
 from agents.model import autocast
-from algos.config import KL_ESTIMATORS, LOSS_TYPES, Config, LearnerConfig, rollout_is_level
+from algos.config import KL_ESTIMATORS, LOSS_TYPES, Config, LearnerConfig
 from algos.distributed import SINGLE, World, aligned_chunks, all_sum, gather
 from algos.logprobs import Sample, batch_order, collate, response_logprobs
 from algos.stats import Stats
@@ -174,13 +174,16 @@ class Learner:
     def __init__(self, model, cfg: LearnerConfig, pad_id: int, ref_model=None, seed: int = 0,
                  world: World = SINGLE, adapter_reference: bool = False, *, temperature: float = 1.0,
                  max_new_tokens: int = SamplingConfig.max_new_tokens, vocab: int = 0):  # fmt: skip
-        """`cfg`: the run's learner section (rollout_is "auto" resolved by the trainer; a learner on its own
-        scores what its own model sampled: off). `temperature`: the rollouts' (logits are divided by it);
+        """`cfg`: a resolved learner section (no `auto`: algos/resolve.py says what it means for a run; a
+        learner used on its own passes rollout_is and autocast explicitly). `temperature`: the rollouts' (logits are divided by it);
         `max_new_tokens`: dr_grpo's constant normaliser; `vocab`: len(tokenizer), head rows beyond it
         are padding, never sampled or scored (0: all rows)."""
+        if "auto" in (cfg.rollout_is, cfg.autocast):
+            raise ValueError("the learner takes a resolved section: set rollout_is and autocast (a run resolves "
+                             "them, algos/resolve.py)")  # fmt: skip
         self.model, self.cfg, self.pad_id, self.ref_model = model, cfg, pad_id, ref_model
         self.temperature, self.max_new_tokens, self.vocab = temperature, max_new_tokens, vocab
-        self.rollout_is = "off" if cfg.rollout_is == "auto" else cfg.rollout_is
+        self.rollout_is = cfg.rollout_is
         self.world, self.adapter_reference = world, adapter_reference
         self.device = next(model.parameters()).device
         trainable = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapter only
@@ -194,11 +197,22 @@ class Learner:
 
     @classmethod
     def for_run(cls, model, cfg: Config, pad_id: int, vocab: int, lr: float | None = None, **kwargs) -> Learner:
-        """The learner of a run: its learner section with rollout_is resolved (and `lr`, the warm-up's),
-        scoring at the rollouts' temperature (greedy rollouts, T=0, score at T=1)."""
-        section = replace(cfg.learner, rollout_is=rollout_is_level(cfg), lr=lr or cfg.learner.lr)
+        """The learner of a run (`cfg` resolved, algos/resolve.py): its learner section (with `lr`, the
+        warm-up's), scoring at the rollouts' temperature (greedy rollouts, T=0, score at T=1)."""
+        section = replace(cfg.learner, lr=lr or cfg.learner.lr)
         return cls(model, section, pad_id, temperature=cfg.sampling.sampling().score_temperature,
                    max_new_tokens=cfg.sampling.max_new_tokens, vocab=vocab, **kwargs)  # fmt: skip
+
+    def anchor_reference(self) -> None:
+        """The KL reference becomes the policy as it is now (a run calls it when its warm-up ends): each
+        reference weight is set from the policy's (same architecture; under FSDP both are sharded alike,
+        so each rank copies its own shards). Nothing to do without a reference model."""
+        if self.ref_model is None:
+            return
+        policy = getattr(self.model, "module", self.model)  # DDP wraps; FSDP2 shards in place
+        with torch.no_grad():
+            for ref, weight in zip(self.ref_model.parameters(), policy.parameters(), strict=True):
+                ref.copy_(weight)
 
     def update(self, samples: list[Sample]) -> dict[str, float]:
         """ppo_epochs x num_minibatches optimizer steps over the samples."""

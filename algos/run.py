@@ -1,26 +1,28 @@
-"""One training run's parts, wired once, and the phases the loop of algos/train.py calls.
+"""One training run's parts, built whole, and the phases the loop of algos/train.py calls.
 
-`Run(cfg, resume)` builds everything a run holds: the torchrun world, the run directory (locked
-for one writer, algos/run_lock.py, until `with Run(...)` ends), the policy and its sampling agent,
-the learner, the collector, the data layer, the reward layer and the scorer audit, and puts back
-a checkpoint's state when resuming. Its methods are the phases of an iteration, one call each,
-in the order the loop calls them:
+`Run(cfg, resume)` builds everything a run holds before the loop starts: the torchrun world, the
+config resolved (algos/resolve.py), the run directory (locked for one writer, algos/run_lock.py,
+until `with Run(...)` ends), the policy and its sampling agent (algos/policy.py), the learner and
+its KL reference, the collector, the data layer, the reward layer and the scorer audit, and puts
+back a checkpoint's state when resuming (algos/checkpoint.py `restore`). Its methods are the
+phases, one call each, in the order the loop calls them:
 
-    rollout     collect groups (dynamic sampling may add some), rewards composed   -> Batch
+    warm_up     a fresh run: SFT on expert actions, the held-out baseline, iter_0
+    rollout     draw groups, collect them (dynamic sampling may add some), rewards composed -> Batch
     advantages  one advantage per step row of the kept groups (GRPO / GiGPO / RLOO)
-    update      PPO-clip on this rank's samples, or hold them (too few informative ones)
+    update      PPO-clip on this rank's samples, or hold them (too few informative ones)   -> Update
     sync        the generation engine gets the new weights (checked on a probe batch)
     log         metrics, histograms, transcripts, the scorer audit, the progress bar
-    evaluate    held-out episodes;  save: a checkpoint
+    stop_reason whether the loop ends, and why                                           -> Stop
+    evaluate    held-out episodes;  save: a checkpoint;  finish: the last of both
 
-Everything the loop carries from one iteration to the next is a `LoopState`, saved in and
-restored from a checkpoint as one unit (its "loop" entry, algos/checkpoint.py).
+A phase moves no loop state and ends nothing: everything the loop carries from one iteration
+to the next is a `LoopState`, moved by its `advance` in the loop, saved in and restored from a
+checkpoint as one unit (its "loop" entry).
 """
 
 from __future__ import annotations
 
-import copy
-import random
 import sys
 import time
 from collections.abc import Callable
@@ -33,41 +35,25 @@ import torch
 from tqdm import tqdm
 
 from agents.agent import LLMAgent
-from agents.backend import HFBackend
-from agents.model import (
-    adapter_base,
-    add_lora,
-    enable_gradient_checkpointing,
-    full_state_dict,
-    is_adapter,
-    load_model,
-    load_tokenizer,
-    precision,
-    resolve_model,
-    stop_ids,
-)
-from agents.prompt import PromptBuilder
-from agents.templates import template_notes
-from agents.tools import ActionFormat
+from agents.model import load_model, resolve_model
 from algos import checkpoint, distributed
-from algos.advantages import anchor_group_sizes, gigpo_advantages, grpo_advantages, rloo_advantages, similarity_keys
+from algos.advantages import NEGLIGIBLE, compute_advantages, informative
 from algos.collector import Collector, Step, Trajectory
-from algos.config import DEFAULT_SFT_STEPS, Config, ConfigError, env_kwargs, flat
+from algos.config import Config, ConfigError, env_kwargs, flat
 from algos.data import DataLayer, task_sampler
 from algos.evaluation import held_out_seeds, play, summarize
 from algos.learner import Learner
 from algos.logprobs import Sample
+from algos.policy import build_policy
+from algos.resolve import resolve
 from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
-from algos.run_dir import TRAINER_STATE, RunDir
+from algos.run_dir import RunDir
 from algos.run_lock import RunLock, check_output_dir
 from algos.scoring import audit_hook, rescore, reward_layer
-from algos.sft import has_expert, warm_up_from_config
+from algos.sft import warm_up_from_config
 from algos.stats import Stats
 from algos.weight_sync import probe_prompts, sync_backend
-from envs import env_metadata, prompt_template
-from envs.base import note_once
 
-NEGLIGIBLE = 1e-6  # |advantage| below this is float noise around zero: the sample teaches nothing
 # time/<section>_s of every iteration; env, prompt, generate and parse are parts of rollout
 TIME_SECTIONS = ("rollout", "env", "prompt", "generate", "parse", "advantage", "train", "sync", "log")
 
@@ -83,11 +69,13 @@ class RewardError(RuntimeError):
 @dataclass(frozen=True)
 class Update:
     """What `Run.update` did: `applied` (the learner ran; else the samples were too few to learn from),
-    the samples held for a later update (short_batch=accumulate), and the update's metrics."""
+    the samples held for a later update (short_batch=accumulate), the update's metrics, and whether
+    every optimizer step was skipped for a non-finite loss or gradient (`non_finite`)."""
 
     applied: bool
     held: list[Sample]
     stats: dict[str, float]
+    non_finite: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,111 +86,6 @@ class Stop:
     reason: str  # "budget", "numeric" or "reward"
     error: type[RuntimeError] | None = None
     message: Callable[[Path], str] | None = None
-
-
-def compute_advantages(cfg: Config, steps: list[Step]) -> tuple[np.ndarray, dict]:
-    """One advantage per step row (rows of a trajectory in time order)."""
-    a = cfg.advantages
-    penalty = np.array([a.invalid_penalty * (not s.action_valid) for s in steps])
-    rewards = np.array([s.reward for s in steps])
-    placed = dict(penalties=penalty) if a.penalty_placement == "step" and a.invalid_penalty else {}
-    if not placed:  # inside the returns: the step's reward, before returns and advantages
-        rewards = rewards - penalty
-    traj_ids = np.array([s.traj_id for s in steps])
-    group_ids = np.array([s.group_id for s in steps])
-    if a.anchor == "similarity":
-        keys = list(similarity_keys(group_ids, [s.observation for s in steps], a.similarity_threshold))
-    else:
-        keys = [s.state_key for s in steps]
-    common = dict(norm=a.norm, episode_baseline=a.episode_baseline, scale=a.scale, **placed)
-    if cfg.algo == "gigpo":
-        adv = gigpo_advantages(rewards, traj_ids, group_ids, keys, gamma=a.gamma, omega=a.omega, **common)
-    elif cfg.algo == "rloo":
-        adv = rloo_advantages(rewards, traj_ids, group_ids)
-    else:
-        adv = grpo_advantages(rewards, traj_ids, group_ids, **common)
-    sizes = anchor_group_sizes(group_ids, keys)
-    stats = {
-        "gigpo/anchor_group_size_mean": float(sizes.mean()),
-        "gigpo/singleton_frac": float((sizes == 1).mean()),
-        "adv/mean": float(adv.mean()),
-        "adv/std": float(adv.std()),
-        "adv/abs_max": float(np.abs(adv).max()),
-    }
-    return adv, stats
-
-
-def informative(cfg: Config, group: list[Trajectory]) -> bool:
-    """Whether a group gives any of its steps a nonzero advantage (episode or step term, penalties
-    included): what dynamic sampling keeps. Computed alone, as the group's statistics are its own."""
-    steps = [s for t in group for s in t.steps]
-    return bool(steps) and bool(np.abs(compute_advantages(cfg, steps)[0]).max() > NEGLIGIBLE)
-
-
-def resolve(cfg: Config, world: distributed.World) -> Config:
-    """The config with what "unset" means filled in: the run directory (rank 0's clock names it) and
-    the warm-up length (a checkpoint of this trainer is already warmed up; no expert, no warm-up)."""
-    out = cfg.output_dir or f"runs/{cfg.env.split(':')[-1]}-{cfg.algo}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    sft_steps = cfg.sft.sft_steps
-    if sft_steps is None:
-        warmed = (Path(cfg.model).expanduser() / TRAINER_STATE).exists()
-        sft_steps = 0 if warmed or not has_expert(cfg) else DEFAULT_SFT_STEPS
-    return replace(cfg, output_dir=distributed.broadcast(out, world), sft=replace(cfg.sft, sft_steps=sft_steps))
-
-
-def build(cfg: Config, world=distributed.SINGLE, device: str | None = None):
-    """(policy, tokenizer, agent). The policy is the module the learner trains: LoRA-wrapped with
-    --lora-rank, sharded or replicated under torchrun; the agent samples from it (or, when it is
-    sharded and the backend is HF, from a full copy refreshed after each update)."""
-    torch.manual_seed(cfg.seed)  # the same initial weights (and LoRA init) on every rank
-    random.seed(cfg.seed)
-    device = device or distributed.device_for(cfg.device, world)
-    scale, path = cfg.scaling, resolve_model(cfg.model)
-    tokenizer = load_tokenizer(path, cfg.trust_remote_code)
-    if world.main:
-        for note in template_notes(tokenizer):  # what the checkpoint's chat template does to prompts
-            note_once(note)
-    model = load_model(path, device, getattr(torch, cfg.dtype), cfg.trust_remote_code,
-                       adapter="train" if scale.lora_rank else "merge")  # fmt: skip
-    if scale.lora_rank and not hasattr(model, "peft_config"):
-        try:
-            model = add_lora(model, scale.lora_rank, scale.lora_alpha, scale.lora_dropout, scale.lora_target_modules)
-        except ValueError as e:  # peft: no such module in this model
-            raise ConfigError(f"--lora-target-modules {scale.lora_target_modules}: {str(e).splitlines()[0]}") from e
-    if scale.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
-    sampler_model = copy.deepcopy(model) if world.enabled and scale.parallel == "fsdp" else model
-    policy = distributed.wrap(model, scale.parallel, world)
-    eos = stop_ids(tokenizer, model)
-    vocab = len(tokenizer)  # the head's rows beyond it (Qwen2.5: 271 of 151,936) are padding: never sampled
-    sampling = cfg.sampling
-    if cfg.engine.backend == "vllm":
-        from agents.vllm_backend import VLLMBackend, adapter_rank, merge_note
-
-        try:  # serve the LoRA adapter itself (a sync sends only it), or merge it in at every sync
-            lora_rank, why = adapter_rank(cfg.engine, model)
-        except ValueError as e:
-            raise ConfigError(str(e)) from e
-        if why and world.main:
-            note_once(merge_note(why))
-        served = adapter_base(path) if is_adapter(path) else path  # an adapter's engine starts from its base
-        backend = VLLMBackend(served, eos, cfg.engine, on_gpu=device.startswith("cuda"), seed=cfg.seed + world.rank,
-                              vocab=vocab, dtype=cfg.dtype, trust_remote_code=cfg.trust_remote_code,
-                              max_model_len=cfg.engine.vllm_max_model_len or sampling.max_prompt_tokens + sampling.max_new_tokens,
-                              external_launcher=world.enabled, lora_rank=lora_rank)  # fmt: skip
-        if served != path:
-            backend.sync(policy)
-    else:
-        backend = HFBackend(sampler_model, eos, tokenizer.pad_token_id, sampling.generation_batch_size,
-                            cfg.seed + world.rank, precision(cfg.learner.autocast, device, model), vocab)  # fmt: skip
-    template = prompt_template(cfg.env) if sampling.prompt_template == "auto" else sampling.prompt_template
-    try:
-        action_format = ActionFormat.for_env(sampling.action_format, env_metadata(cfg.env))
-    except ValueError as e:
-        raise ConfigError(f"{cfg.env}: {e}") from e
-    prompts = PromptBuilder(sampling.memory, template=template, action_format=action_format)
-    agent = LLMAgent(tokenizer, backend, prompts, sampling.sampling(), sampling.max_prompt_tokens)
-    return policy, tokenizer, agent
 
 
 def evaluate(agent: LLMAgent, cfg: Config, episodes: int, world=distributed.SINGLE) -> dict[str, float]:
@@ -226,39 +109,49 @@ class LoopState:
     bad_updates: int = 0
     held_out: float | None = None
     held: list[Sample] = field(default_factory=list)
+    failed_rewards: dict[str, int] = field(default_factory=dict)  # per source: iterations in a row it failed
 
-    def advance(self, it: int, env_steps: int, update: Update) -> None:
-        """The one place the loop's state moves: iteration `it` is done, it took `env_steps`, and its
-        update held samples or ran (a run of updates whose every step was non-finite counts up)."""
+    def advance(self, it: int, batch: Batch, update: Update) -> None:
+        """The one place the loop's state moves: iteration `it` is done with its env steps, its update
+        held samples or ran (a run of updates whose every step was non-finite counts up), and each reward
+        source that failed on every response extends its run (one that scored something ends it; one
+        given nothing to score leaves it)."""
         self.iteration = it
-        self.env_steps += env_steps
+        self.env_steps += sum(len(t.steps) for t in batch.collected)
         self.held = update.held
         if update.applied:
-            self.bad_updates = self.bad_updates + 1 if update.stats.get("train/skipped_frac") == 1.0 else 0
+            self.bad_updates = self.bad_updates + 1 if update.non_finite else 0
+        for name, failed in batch.reward_failed.items():
+            if failed is not None:
+                self.failed_rewards[name] = self.failed_rewards.get(name, 0) + 1 if failed else 0
 
     def to_dict(self, world) -> dict:
         """Every rank's held samples as plain lists, gathered (rank 0 writes them all)."""
         rows = [[s.prompt_ids, s.response_ids, s.advantage, s.old_logprobs, s.is_weights] for s in self.held]
         return {"env_steps": self.env_steps, "bad_updates": self.bad_updates, "held_out": self.held_out,
-                "held": distributed.gather(rows, world)}  # fmt: skip
+                "held": distributed.gather(rows, world), "failed_rewards": self.failed_rewards}  # fmt: skip
 
     @classmethod
     def from_dict(cls, iteration: int, loop: dict, world) -> LoopState:
         ranks = loop.get("held", [])
         held = [Sample(*row) for row in ranks[world.rank]] if len(ranks) == world.size else []
-        return cls(iteration, loop.get("env_steps", 0), loop.get("bad_updates", 0), loop.get("held_out"), held)
+        return cls(iteration, loop.get("env_steps", 0), loop.get("bad_updates", 0), loop.get("held_out"), held,
+                   dict(loop.get("failed_rewards", {})))  # fmt: skip
 
 
 @dataclass
 class Batch:
     """One iteration's rollouts: the groups kept for training, every group collected, the data layer's
-    metrics, the kept groups' step rows, and the group ids this rank collected (all of them in one process)."""
+    metrics, the kept groups' step rows, the group ids this rank collected (all of them in one process),
+    the reward layer's metrics merged over ranks, and which reward sources failed on every response."""
 
     kept: list[Trajectory]
     collected: list[Trajectory]
     stats: dict[str, float]
     steps: list[Step]
     mine: set[int]
+    rewards: dict[str, float]
+    reward_failed: dict[str, bool | None]
 
 
 class Run:
@@ -269,10 +162,13 @@ class Run:
         world = self.world
         if not world.main:
             distributed.quiet_progress()  # one set of progress bars: rank 0's
-        self.cfg = resolve(cfg, world)
+        if world.main:
+            resolve_model(cfg.model)  # the tiny model is built once, by rank 0
+        distributed.barrier(world)
+        self.cfg = resolve(cfg, world, self.device)  # every unset option's value for this run, once
         self.lock = self._claim(resume)  # one writer per run directory, before anything there is read or written
         try:
-            self._open(resume)
+            self._build(resume)
         except BaseException:
             self.release()
             raise
@@ -305,88 +201,81 @@ class Run:
     def release(self) -> None:
         """Unlock the run directory: at the end, or on an error (a kill -9 leaves a stale lock, which the next
         run takes over). The env workers are stopped too (closing twice is harmless)."""
-        if getattr(self, "collector", None) is not None:
+        if hasattr(self, "collector"):  # built (an error may come before it is)
             self.collector.close()
         if self.lock is not None:
             self.lock.release()
 
-    def _open(self, resume: Path | None) -> None:
+    def _build(self, resume: Path | None) -> None:
+        """Every part, whole: the policy and its agent, the run directory, the learner, the collector, the
+        data and reward layers and the audit; a resumed checkpoint's state put back (algos/checkpoint.py)."""
         cfg, world, device = self.cfg, self.world, self.device
-        if world.main:
-            resolve_model(cfg.model)  # the tiny model is built once, by rank 0
-        distributed.barrier(world)
         self.ckpt, state = checkpoint.resume_point(resume, cfg, world)  # raises checkpoint.Finished: nothing to do
         self.loop = LoopState.from_dict(state["iteration"], state.get("loop", {}), world) if state else LoopState()
-        built = replace(cfg, model=str(self.ckpt)) if self.ckpt else cfg
-        self.model, self.tokenizer, self.agent = build(built, world, device)
-        # --autocast auto resolved for this model and device, as build gave it to the HF backend: the learner
-        # scores in the same precision the rollouts were sampled in, and config.yaml records which
-        self.cfg = cfg = replace(cfg, learner=replace(cfg.learner, autocast=precision(cfg.learner.autocast, device,
-                                                                                       self.model)))  # fmt: skip
+        self.model, self.tokenizer, self.agent = build_policy(replace(cfg, model=str(self.ckpt or cfg.model)), world, device)
         self.dir = RunDir(cfg.output_dir, flat(cfg), purge_step=self.loop.iteration + 1 if self.ckpt else None,
                           write=world.main)  # fmt: skip
         self.say(f"run directory: {self.dir.path}  (tensorboard --logdir {self.dir.path})")
         if world.enabled:
             self.say(f"{world.size} ranks ({cfg.scaling.parallel}), {cfg.data.num_groups} groups per iteration in all")
-        self._state, self.learner, self.data = state, None, None  # the RL parts come after the warm-up
-
-    def say(self, text: str) -> None:
-        if self.world.main:
-            print(text, file=sys.stderr)
-
-    # ---- warm-up: SFT on expert demonstrations, then the RL parts --------------------
-    def warm_up(self) -> None:
-        """SFT on the env's expert actions and the held-out baseline (a fresh run), then the learner,
-        the collector, the data and reward layers, with a resumed checkpoint's state put back."""
-        cfg, world, loop = self.cfg, self.world, self.loop
-        if self.ckpt:
-            self.say(f"resuming after iteration {loop.iteration} from {self.ckpt}")
-        elif cfg.sft.sft_steps > 0:
-            demos, losses = warm_up_from_config(cfg, self.agent, self.model, len(self.tokenizer), world)
-            self.dir.log(0, {"sft/loss": float(np.mean(losses[-10:])), "sft/demos": len(demos)})
-            probe = probe_prompts([d.prompt_ids for d in demos], cfg.engine.sync_probe_size)
-            sync_backend(self.agent, self.model, cfg, self.dir, 0, probe, check=cfg.engine.sync_check_every > 0,
-                         world=world)  # fmt: skip
-        if cfg.log.eval_episodes and not self.ckpt:
-            self.evaluate(0)
-            self.say(f"success after warm-up: {loop.held_out:.1%}")
-        if cfg.sft.sft_steps > 0 and not self.ckpt:  # the warmed-up model: a baseline, and a start that skips SFT
-            self.save(0)
-        self._rl_parts()
-
-    def _rl_parts(self) -> None:
-        cfg, world, state = self.cfg, self.world, self._state
-        ref = None
-        if cfg.learner.beta > 0 and not cfg.scaling.lora_rank:  # the frozen reference is the policy RL started from
-            warm_ckpt = self.dir.path / "checkpoints" / "iter_0"
-            source = warm_ckpt if self.ckpt and warm_ckpt.exists() else resolve_model(cfg.model)
-            ref = load_model(str(source), self.device, getattr(torch, cfg.dtype), cfg.trust_remote_code)
-            if not self.ckpt:
-                ref.load_state_dict(full_state_dict(self.model))
-            if cfg.scaling.parallel == "fsdp":
-                ref = distributed.wrap(ref.eval().requires_grad_(False), "fsdp", world)
-        self.learner = Learner.for_run(self.model, cfg, self.tokenizer.pad_token_id, len(self.tokenizer), ref_model=ref,
-                                       seed=cfg.seed + world.rank, world=world,
+        self.learner = Learner.for_run(self.model, cfg, self.tokenizer.pad_token_id, len(self.tokenizer),
+                                       ref_model=self._reference(), seed=cfg.seed + world.rank, world=world,
                                        adapter_reference=bool(cfg.scaling.lora_rank))  # fmt: skip
         self.collector = Collector(cfg.env, -(-cfg.data.num_groups // world.size), cfg.data.group_size, env_kwargs(cfg),
                                    cfg.workers)  # fmt: skip
         sampler = task_sampler(cfg.data, self.collector.pool.num_tasks, cfg.seed, cfg.env,
                                state if state is not None else checkpoint.model_state(cfg.model))  # fmt: skip
-        self.data = DataLayer(cfg.data, sampler, partial(informative, cfg))
-        self.rewards = reward_layer(cfg, self.device)  # --reward: what a step earns
+        self.data = DataLayer(cfg.data, sampler, partial(informative, cfg.algo, cfg.advantages))
+        self.rewards = reward_layer(cfg, device)  # --reward: what a step earns
         self.audit = audit_hook(cfg, self.rewards, self.dir.path / "reward_audit.json") if world.main else None
-        if state:  # put back everything that decides what happens next, RNGs last
-            loop = state.get("loop", {})
-            if "optimizer" in state:
-                distributed.load_optimizer_state(self.model, self.learner.optimizer, state["optimizer"])
-                self.learner.scheduler.load_state_dict(state["scheduler"])
-            self.data.next_group_id, self.data.next_traj_id = loop.get("next_group_id", 0), loop.get("next_traj_id", 0)
+        if state:  # everything that decides what happens next, RNGs last
+            checkpoint.restore(state, world, self.learner, self.data, self.agent.backend)
             if self.audit:
                 self.audit.history = checkpoint.audit_history(self.dir.path, self.loop.iteration)
-            checkpoint.restore_rng(checkpoint.rank_rng(state, world), self.agent.backend,
-                                   self.learner if "optimizer" in state else None)  # fmt: skip
-        self._state = None
         self.clock = self.agent.stopwatch  # env, prompt, generate and parse seconds come from the rollouts
+
+    def _reference(self):
+        """The frozen KL reference (beta > 0, full fine-tuning): the policy RL starts from, which is the
+        warmed-up model (a fresh run copies it in after the warm-up; a resumed one loads the warm-up's
+        checkpoint). None when there is none to keep: beta = 0, or LoRA (the base with its adapter off)."""
+        cfg = self.cfg
+        if not cfg.learner.beta > 0 or cfg.scaling.lora_rank:
+            return None
+        warm_ckpt = self.dir.path / "checkpoints" / "iter_0"
+        source = warm_ckpt if self.ckpt and warm_ckpt.exists() else resolve_model(cfg.model)
+        ref = load_model(str(source), self.device, getattr(torch, cfg.dtype), cfg.trust_remote_code)
+        if cfg.scaling.parallel == "fsdp":
+            ref = distributed.wrap(ref.eval().requires_grad_(False), "fsdp", self.world)
+        return ref
+
+    def say(self, text: str) -> None:
+        if self.world.main:
+            print(text, file=sys.stderr)
+
+    # ---- warm-up: SFT on expert demonstrations and the held-out baseline ---------------
+    def warm_up(self) -> str | None:
+        """A fresh run: SFT on the env's expert actions (the KL reference becomes the warmed-up policy),
+        the held-out baseline, and the warm-up's checkpoint (iter_0). A resumed run has done all that.
+        Returns what stops the run before RL (the engine does not serve the warmed-up weights), or None."""
+        cfg, world, loop = self.cfg, self.world, self.loop
+        if self.ckpt:
+            self.say(f"resuming after iteration {loop.iteration} from {self.ckpt}")
+            return None
+        if cfg.sft.sft_steps > 0:
+            demos, losses = warm_up_from_config(cfg, self.agent, self.model, len(self.tokenizer), world)
+            self.dir.log(0, {"sft/loss": float(np.mean(losses[-10:])), "sft/demos": len(demos)})
+            probe = probe_prompts([d.prompt_ids for d in demos], cfg.engine.sync_probe_size)
+            problem = sync_backend(self.agent, self.model, cfg, self.dir, 0, probe,
+                                   check=cfg.engine.sync_check_every > 0, world=world)  # fmt: skip
+            if problem:
+                return problem
+            self.learner.anchor_reference()
+        if cfg.log.eval_episodes:
+            loop.held_out = self.evaluate(0)["eval/success_rate"]
+            self.say(f"success after warm-up: {loop.held_out:.1%}")
+        if cfg.sft.sft_steps > 0:  # the warmed-up model: a baseline, and a start that skips SFT
+            self.save(0)
+        return None
 
     def iterations(self) -> tqdm:
         """The iterations still to run, as a progress bar (a resumed run starts after its checkpoint)."""
@@ -398,21 +287,26 @@ class Run:
 
     # ---- the phases of an iteration ---------------------------------------------------
     def rollout(self) -> Batch:
-        """This iteration's groups: planned by the data layer, collected (this rank's share under
-        torchrun), rewards composed; uninformative groups replaced while the cap allows."""
+        """This iteration's groups: drawn by the data layer, collected (this rank's share under torchrun,
+        every rank then holding all of them), rewards composed; uninformative groups replaced while the
+        cap allows."""
         self.clock.lap()  # drop what evaluation and checkpoints put on it
-        self._mine: set[int] = set()
+        mine: set[int] = set()
         with self.clock.section("rollout"):
-            kept, collected, stats = self.data.next_batch(self._collect)
-        return Batch(kept, collected, stats, [s for t in kept for s in t.steps], self._mine)
+            draw = self.data.draw()
+            while (plan := draw.next_round()) is not None:
+                trajs, owned = distributed.collect_share(self._collect, self.collector.num_envs, plan.seeds, plan.sizes,
+                                                         plan.first_group_id, plan.first_traj_id, self.world)  # fmt: skip
+                draw.add(trajs)
+                mine |= owned
+            kept, collected, stats = draw.result()
+        rewards = Stats.merge_values(distributed.gather(self.rewards.metrics(), self.world),
+                                     total=lambda key: key.endswith("errors"))  # over ranks: error counts add up
+        return Batch(kept, collected, stats, [s for t in kept for s in t.steps], mine, rewards,
+                     self.rewards.failed(rewards))  # fmt: skip
 
     def _collect(self, seeds: list[int], sizes: list[int], first_group_id: int, first_traj_id: int):
-        trajs, owned = distributed.collect_share(self._collect_here, self.collector.num_envs, seeds, sizes,
-                                                 first_group_id, first_traj_id, self.world)  # fmt: skip
-        self._mine.update(owned)
-        return trajs
-
-    def _collect_here(self, seeds: list[int], sizes: list[int], first_group_id: int, first_traj_id: int):
+        """Groups played here and scored by the reward layer."""
         return rescore(self.rewards, self.collector.collect(self.agent, seeds, first_traj_id, sizes, first_group_id))
 
     def advantages(self, batch: Batch) -> tuple[np.ndarray, dict[str, float]]:
@@ -420,7 +314,7 @@ class Run:
         if not batch.steps:  # none when dynamic sampling found no informative group before its cap
             return np.zeros(0), {}
         with self.clock.section("advantage"):
-            return compute_advantages(self.cfg, batch.steps)
+            return compute_advantages(self.cfg.algo, self.cfg.advantages, batch.steps)
 
     def update(self, batch: Batch, adv: np.ndarray) -> Update:
         """PPO-clip on this rank's samples (and any held ones), or, with too few informative samples, hold
@@ -432,31 +326,29 @@ class Run:
                           for s, a in zip(batch.steps, adv) if s.group_id in batch.mine]  # fmt: skip
         # a NaN advantage counts: the learner then skips its non-finite step (max_bad_updates)
         useful = distributed.all_sum([sum(not abs(x.advantage) <= NEGLIGIBLE for x in samples)], self.world)[0]
-        need = cfg.data.group_size if cfg.learner.min_update_samples is None else cfg.learner.min_update_samples
-        if useful < max(need, 1):  # too little to learn from: hold it or drop it
+        if useful < max(cfg.learner.min_update_samples, 1):  # too little to learn from: hold it or drop it
             held = samples if cfg.learner.short_batch == "accumulate" else []
             return Update(False, held, {"train/update_skipped": 1.0, "train/held_samples": float(len(held))})
         self.agent.backend.release()  # GPU vLLM sleep mode: the update gets the KV cache's memory
         with self.clock.section("train"):
             stats = {**self.learner.update(samples), "train/update_skipped": 0.0}
         stats["train/informative_samples"] = float(useful)
-        return Update(True, [], stats)
+        return Update(True, [], stats, non_finite=stats.get("train/skipped_frac") == 1.0)
 
-    def sync(self, it: int, batch: Batch) -> None:
-        """The engine gets the new weights; every --sync-check-every iterations a probe batch checks it."""
+    def sync(self, it: int, batch: Batch) -> str | None:
+        """The engine gets the new weights; every --sync-check-every iterations a probe batch checks it.
+        Returns what is wrong when the engine does not serve them (the run cannot go on), or None."""
         engine = self.cfg.engine
         check = engine.sync_check_every > 0 and it % engine.sync_check_every == 0
         with self.clock.section("sync"):
             probe = probe_prompts([s.prompt_ids for s in batch.steps], engine.sync_probe_size)
-            sync_backend(self.agent, self.model, self.cfg, self.dir, it, probe, check, self.world)
+            return sync_backend(self.agent, self.model, self.cfg, self.dir, it, probe, check, self.world)
 
     def log(self, it: int, batch: Batch, adv: np.ndarray, stats: dict[str, float], started: float) -> dict[str, float]:
         """The iteration's metrics line (rollouts, rewards, data, advantages, update, memory, time), its
         histograms and transcripts, the scorer audit when due, and the progress bar; the metrics."""
         cfg, world, loop = self.cfg, self.world, self.loop
-        rewards = Stats.merge_values(distributed.gather(self.rewards.metrics(), world),
-                                     total=lambda key: key.endswith("errors"))  # over ranks: error counts add up
-        metrics = {**rollout_metrics(batch.collected), **rewards, **batch.stats, **stats}
+        metrics = {**rollout_metrics(batch.collected), **batch.rewards, **batch.stats, **stats}
         metrics["data/env_steps_total"] = float(loop.env_steps)
         per_rank = distributed.gather(distributed.peak_memory_gib(self.device), world)
         metrics.update({f"memory/{k}": max(m[k] for m in per_rank) for k in per_rank[0]})  # the busiest rank
@@ -481,13 +373,13 @@ class Run:
         self.bar.set_postfix(**shown, **held_out)
         return metrics
 
-    def stop_reason(self, metrics: dict[str, float]) -> Stop | None:
+    def stop_reason(self) -> Stop | None:
         """Whether the loop ends after this iteration, and why:
         - numeric: --max-bad-updates updates in a row had every step skipped for a non-finite loss or
           gradient (skipped steps left the weights good);
         - reward: a trained-on --reward source failed on every response for --max-failed-reward-iterations
-          in a row (the reward layer's count, from the metrics merged over ranks, so every rank stops
-          alike): a run whose reward is missing must not go on as if it learned;
+          in a row (the loop's count, from the metrics merged over ranks, so every rank stops alike): a
+          run whose reward is missing must not go on as if it learned;
         - budget: --max-env-steps env steps are spent (a normal end)."""
         loop, learner = self.loop, self.cfg.learner
         if learner.max_bad_updates and loop.bad_updates >= learner.max_bad_updates:
@@ -495,7 +387,7 @@ class Run:
             return Stop("numeric", NumericError, lambda path: f"{n} updates in a row had a non-finite loss or "
                         f"gradient and were skipped; the last good weights are saved in {path}")  # fmt: skip
         limit = self.cfg.rewards.max_failed_reward_iterations
-        runs = self.rewards.count_failures(metrics)
+        runs = loop.failed_rewards
         failed = [name for name, n in runs.items() if limit and n >= limit]
         if failed:
             name, first = failed[0], self.rewards.first_error.get(failed[0], "unknown")
@@ -514,15 +406,15 @@ class Run:
         """The held-out episodes (the same seeds every time), logged at iteration `it`."""
         result = evaluate(self.agent, self.cfg, self.cfg.log.eval_episodes, self.world)
         self.dir.log(it, result)
-        self.loop.held_out = result["eval/success_rate"]
         return result
 
     def save(self, it: int) -> Path:
-        """A checkpoint at iteration `it`: weights, and once RL runs, the optimizer, sampler and loop state."""
-        rl = self.learner is not None
+        """A checkpoint at iteration `it`: weights, and after RL iterations (it > 0; iter_0 is the warm-up's
+        model and its held-out baseline) the optimizer, sampler and loop state."""
+        rl = it > 0
         loop = {**self.loop.to_dict(self.world), "next_group_id": self.data.next_group_id,
                 "next_traj_id": self.data.next_traj_id} if rl else {"held_out": self.loop.held_out}  # fmt: skip
-        return checkpoint.save(self.dir, it, self.model, self.tokenizer, self.learner, self.cfg,
+        return checkpoint.save(self.dir, it, self.model, self.tokenizer, self.learner if rl else None, self.cfg,
                                self.data.sampler if rl else None, self.agent, loop, self.world)  # fmt: skip
 
     def finish(self) -> RunDir:
@@ -530,8 +422,8 @@ class Run:
         self.collector.close()
         last = self.loop.iteration
         if self.cfg.log.eval_episodes:
-            result = self.evaluate(last)
-            self.say(f"success after RL: {result['eval/success_rate']:.1%}")
+            self.loop.held_out = self.evaluate(last)["eval/success_rate"]  # the final checkpoint records it
+            self.say(f"success after RL: {self.loop.held_out:.1%}")
         path = self.save(last)
         self.say(f"checkpoint: {path}")
         self.dir.write_json("memory.json", {"ranks": distributed.gather(distributed.peak_memory_gib(self.device),

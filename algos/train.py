@@ -39,32 +39,35 @@ from pathlib import Path
 
 from algos import distributed
 from algos.checkpoint import Finished, check_model
-from algos.config import Config, ConfigError, parse_config, toy_defaults_note, validate
+from algos.cli import parse_config, resume_argv
+from algos.config import Config, ConfigError
 from algos.run import NumericError, RewardError, Run
 from algos.run_dir import RunDir
 from algos.run_lock import check_output_dir
+from algos.validate import toy_defaults_note, validate
 from algos.weight_sync import SyncError
 
 
 def train(cfg: Config, resume: Path | None = None) -> RunDir:
     """One run; `resume`: a run directory to continue from its newest intact checkpoint."""
-    with Run(cfg, resume) as run:  # the parts of a run (algos/run.py); its directory stays locked until the end
-        run.warm_up()  # SFT on expert actions and the held-out baseline (a fresh run), then the RL parts
+    with Run(cfg, resume) as run:  # every part of a run, built (algos/run.py); its directory stays locked until the end
+        if problem := run.warm_up():  # a fresh run: SFT on expert actions, the held-out baseline, iter_0
+            raise SyncError(f"{problem} The trainer's weights are saved in {run.save(0)}")
         for it in run.iterations():
             started = time.perf_counter()
             batch = run.rollout()  # num_groups x group_size episodes, rewards composed, dynamic sampling
             adv, adv_stats = run.advantages(batch)  # GRPO / GiGPO / RLOO, one per step row
             update = run.update(batch, adv)  # PPO-clip, or the samples held for later
-            if update.applied:
-                run.sync(it, batch)  # the generation engine gets the new weights
-            run.loop.advance(it, sum(len(t.steps) for t in batch.collected), update)
-            metrics = run.log(it, batch, adv, {**adv_stats, **update.stats}, started)
-            if stop := run.stop_reason(metrics):
+            run.loop.advance(it, batch, update)  # the one place the loop's state moves
+            if update.applied and (problem := run.sync(it, batch)):  # the engine gets the new weights
+                raise SyncError(f"{problem} The trainer's weights are saved in {run.save(it)}")
+            run.log(it, batch, adv, {**adv_stats, **update.stats}, started)
+            if stop := run.stop_reason():
                 if stop.error:  # the run cannot go on: the weights are saved, then one line and exit 1
                     raise stop.error(stop.message(run.save(it)))
                 break  # --max-env-steps spent
             if run.due(run.cfg.log.eval_every, it) and run.cfg.log.eval_episodes:
-                run.evaluate(it)
+                run.loop.held_out = run.evaluate(it)["eval/success_rate"]
             if run.due(run.cfg.log.save_every, it):
                 run.save(it)
         return run.finish()  # the final evaluation and checkpoint
@@ -81,16 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         env = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--env"), "")
         return list_envs(["--import", env.split(":")[0]] if ":" in env else [])
     try:
-        resume = None
-        if "--resume" in argv:  # the run's own resolved config, then any flags given (e.g. more --iterations)
-            i = argv.index("--resume")
-            if i + 1 >= len(argv) or not (Path(argv[i + 1]) / "config.yaml").is_file():
-                raise ConfigError("--resume needs a run directory with a config.yaml (the --output-dir of a run)")
-            if "--overwrite" in argv:
-                raise ConfigError("--overwrite starts a new run and --resume continues one: pass one of them")
-            resume = Path(argv[i + 1])
-            argv = ["--config", str(resume / "config.yaml"), *argv[:i], *argv[i + 2 :], "--output-dir", str(resume),
-                    "--no-overwrite"]  # fmt: skip
+        argv, resume = resume_argv(argv)  # the run's own resolved config, then any flags given (e.g. more --iterations)
         cfg = parse_config(argv)
         check_output_dir(cfg.output_dir, resume is not None, cfg.overwrite)  # a file, in use, or holding a run
         validate(cfg)  # before anything heavy loads

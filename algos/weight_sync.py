@@ -11,7 +11,6 @@ Above it, training stops with a clear message instead of training on a stale pol
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 
 import torch
@@ -77,12 +76,13 @@ def check_gap(stats: dict[str, float], tolerance: float, when: str) -> None:
         )
 
 
-def sync_backend(agent, model, cfg, run, it: int, probe: list[list[int]], check: bool, world=SINGLE):
+def sync_backend(agent, model, cfg, run, it: int, probe: list[list[int]], check: bool, world=SINGLE) -> str | None:
     """Push the new weights to the generation engine; on a check, prove it serves them (under
-    torchrun every rank checks its own engine and the worst gap counts)."""
+    torchrun every rank checks its own engine and the worst gap counts). Returns what is wrong
+    (the engine serves other weights: the run cannot go on) or None."""
     agent.backend.sync(model)
     if not (check and probe and cfg.engine.backend != "hf"):  # the HF backend samples from the model itself
-        return
+        return None
     stats = logprob_gap(
         agent.backend, model, probe, agent.sampling, cfg.sampling.sampling().score_temperature, agent.tokenizer.pad_token_id,
         len(agent.tokenizer),
@@ -90,10 +90,7 @@ def sync_backend(agent, model, cfg, run, it: int, probe: list[list[int]], check:
     stats["sync/logprob_diff_max"] = all_max(stats["sync/logprob_diff_max"], world)
     run.log(it, stats)
     try:
-        check_gap(stats, tolerance_for(cfg.dtype, cfg.engine.sync_tolerance), f"iteration {it}")
-    except SyncError:
-        from algos.checkpoint import save  # the checkpoint module builds on this one's neighbours
-
-        path = save(run, it, model, agent.tokenizer, None, cfg, world=world)
-        print(f"the trainer's weights are saved in {path}", file=sys.stderr)
-        raise
+        check_gap(stats, cfg.engine.sync_tolerance, f"iteration {it}")
+    except SyncError as e:
+        return str(e)
+    return None

@@ -63,11 +63,12 @@ def sync_times(path, model, tokenizer, prompts, lora_rank: int, repeats: int, on
     from peft import get_peft_model_state_dict
 
     from agents.generation import EngineConfig, Sampling
-    from agents.model import add_lora, hf_weights
+    from agents.model import add_lora
     from agents.vllm_backend import VLLMBackend
+    from agents.weights import hf_weights
     from algos.weight_sync import logprob_gap
 
-    model = add_lora(model, lora_rank, 0.0, 0.0, "all-linear")
+    model = add_lora(model, lora_rank, 2.0 * lora_rank, 0.0, "all-linear")
     probe, sampling = prompts[:8], Sampling(temperature=1.0, max_new_tokens=8)
     sizes = {
         "merged": sum(t.numel() * t.element_size() for t in hf_weights(model).values()),

@@ -37,13 +37,16 @@ def warm_up(env: str, out: Path, seed: int, sft_steps: int, flags: Sequence[str]
         return ckpt
     import torch
 
-    from algos.config import parse_config
-    from algos.run import build
+    from algos import distributed
+    from algos.cli import parse_config
+    from algos.policy import build_policy
+    from algos.resolve import resolve
     from algos.run_dir import TRAINER_STATE
     from algos.sft import warm_up_from_config
 
     cfg = parse_config([*flags, "--env", env, "--seed", str(seed), "--sft-steps", str(sft_steps), "--device", "cpu"])
-    model, tokenizer, agent = build(cfg)
+    cfg = resolve(cfg, distributed.SINGLE, "cpu")
+    model, tokenizer, agent = build_policy(cfg, device="cpu")
     warm_up_from_config(cfg, agent, model, len(tokenizer))  # the trainer's own warm-up
     ckpt.mkdir(parents=True)
     model.save_pretrained(ckpt)

@@ -351,7 +351,8 @@ def plan(out: Path, presets: dict[str, Preset], seeds: list[int]) -> tuple[list[
 def prepare(presets: dict[str, Preset]) -> None:
     """Make each env once (TextWorld generates its games now, not in two jobs at once) and the tiny model."""
     from agents.model import resolve_model
-    from algos.config import check_env_make, parse_config
+    from algos.cli import parse_config
+    from algos.validate import check_env_make
 
     for p in presets.values():
         cfg = parse_config(["--config", str(REPO / p.config), *p.flags])

@@ -73,7 +73,7 @@ def model_state_gib(model: str, variant: str, ranks: int, lora_rank: int = 16) -
     net = load_model(model, "cpu", torch.float32)
     total = sum(p.numel() for p in net.parameters())
     if variant == "lora":
-        net = add_lora(net, lora_rank, 0, 0.0, "all-linear")
+        net = add_lora(net, lora_rank, 2.0 * lora_rank, 0.0, "all-linear")
         trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
         return 4 * (total + 4 * trainable) / 2**30  # frozen weights + adapter, its gradient and 2 moments
     state = 4 * 4 * total  # weights, gradients, two moments

@@ -176,10 +176,11 @@ def hardware(iterations: int, out: Path, model: str | None, flags: list[str] | N
     import torch
 
     from agents.model import load_model, load_tokenizer
-    from algos.config import parse_config, validate
+    from algos.cli import parse_config
     from algos.run import TIME_SECTIONS
     from algos.run_dir import read_metrics
     from algos.train import train
+    from algos.validate import validate
 
     base = ["--iterations", str(iterations), "--eval-episodes", "0", "--output-dir", str(out / "hardware-run"),
             "--overwrite"]  # fmt: skip
@@ -275,8 +276,8 @@ def synthetic_steps(n: int, seed: int = 0) -> list:
 
 
 def gigpo_scaling(sizes: list[int], repeats: int) -> list[dict]:
+    from algos.advantages import compute_advantages
     from algos.config import Config
-    from algos.run import compute_advantages
 
     cfg = Config()  # the default job: gigpo, mean_std, state keys
     out = []
@@ -285,7 +286,7 @@ def gigpo_scaling(sizes: list[int], repeats: int) -> list[dict]:
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
-            compute_advantages(cfg, steps)
+            compute_advantages(cfg.algo, cfg.advantages, steps)
             times.append(time.perf_counter() - start)
         out.append({"steps": n, "seconds": min(times), "us_per_step": min(times) / n * 1e6})
         del steps

@@ -129,7 +129,7 @@ def memory_run(vocab: int, scored: int, plain: bool, samples: int, response: int
     floor = maxrss_gib()
     model = profile_model(vocab)
     rows = make_samples(samples, response, prompt, max_id, -math.log(scored))
-    cfg = LearnerConfig(num_minibatches=1, micro_batch_size=samples)
+    cfg = LearnerConfig(rollout_is="off", autocast="off", num_minibatches=1, micro_batch_size=samples)
     learner = Learner(model, cfg, pad_id=0, vocab=scored)
     setup = maxrss_gib()
     with plain_head() if plain else contextlib.nullcontext():
@@ -264,7 +264,7 @@ def time_update(vocab: int, scored: int, samples: int, response: int, prompt: in
     step = max(1, lm_head.CHUNK_ELEMENTS // scored)
     g = torch.randn(step, scored) * 1e-4
     grad_w = torch.zeros_like(weight)
-    learner = Learner(model, LearnerConfig(num_minibatches=1, micro_batch_size=samples), pad_id=0, vocab=scored)
+    learner = Learner(model, LearnerConfig(rollout_is="off", autocast="off", num_minibatches=1, micro_batch_size=samples), pad_id=0, vocab=scored)
 
     def plain() -> None:
         with plain_head():

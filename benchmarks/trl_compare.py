@@ -143,7 +143,8 @@ def prompt_rows(w: Workload) -> list[dict]:
     from agents.agent import LLMAgent, View
     from agents.model import load_tokenizer, resolve_model
     from agents.prompt import PromptBuilder
-    from algos.config import env_kwargs, parse_config
+    from algos.cli import parse_config
+    from algos.config import env_kwargs
     from algos.data import task_sampler
     from envs import prompt_template
 

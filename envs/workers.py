@@ -63,7 +63,7 @@ Call = tuple[int, str, Any]  # (env index, "reset" | "step" | "make" | "describe
 Outcome = tuple[str, Any]  # ("ok", what the env returned) or ("error", why not)
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkerConfig:
     """Where envs run (the collector's, evaluation's and the warm-up's) and how long a call may take."""
 

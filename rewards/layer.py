@@ -34,7 +34,7 @@ BUILTIN = ("env", "exact", "numeric", "regex", "format", "rubric", "judge")
 NEEDS_ANSWER = ("exact", "numeric")  # sources that are meaningless without info["answer"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewardConfig:
     """-- rewards (rewards/, docs/rewards.md) --"""
 
@@ -68,9 +68,9 @@ class RewardConfig:
     nonzero weight failed on every response it scored (raised, or returned NaN, inf or a non-number):
     the run would go on without that reward. 0 = never."""
 
-    def check(self) -> list[str]:
-        """The section's own values; returns the source names. Raises ValueError (one line)."""
-        names = [name for name, _ in parse_spec(self.reward)]
+    def check(self) -> None:
+        """The section's own values, the --reward spec parsed. Raises ValueError (one line)."""
+        parse_spec(self.reward)
         choose("judge_mode", self.judge_mode, JUDGE_MODES)
         if not (self.judge_batch_size >= 1 and self.audit_honeypots >= 2 and self.audit_every >= 0
                 and self.reward_tolerance >= 0):  # fmt: skip
@@ -78,7 +78,6 @@ class RewardConfig:
         if not 0.0 < self.probe_threshold <= 1.0:
             raise ValueError(f"probe_threshold must be in (0, 1] (got {self.probe_threshold})")
         at_least("max_failed_reward_iterations", self.max_failed_reward_iterations, 0)
-        return names
 
 
 def parse_spec(spec: str) -> list[tuple[str, float]]:
@@ -188,7 +187,6 @@ class RewardLayer:
     def __init__(self, sources: list[tuple[Scorer, float]], pass_threshold: float = 0.5) -> None:
         self.sources, self.pass_threshold = sources, pass_threshold
         self.first_error: dict[str, str] = {}  # each source's first error, noted once on stderr
-        self.failed_iterations: dict[str, int] = {s.name: 0 for s, _ in sources}  # see count_failures
         self._reset()
 
     @property
@@ -238,19 +236,17 @@ class RewardLayer:
         self._reset()
         return out
 
-    def count_failures(self, metrics: dict[str, float]) -> dict[str, int]:
-        """Each trained-on source's run of iterations in a row in which it failed on every response it
-        was given, updated from one iteration's `metrics` (merged over ranks, so that every rank counts
-        alike): errors and no score (`reward/<name>` is NaN). An iteration that gave it nothing to
-        score leaves its run as it was."""
+    def failed(self, metrics: dict[str, float]) -> dict[str, bool | None]:
+        """Per source, from one iteration's `metrics` (merged over ranks, so that every rank reads them
+        alike): True when a trained-on source failed on every response it was given (errors and no score,
+        `reward/<name>` NaN), False when it scored something (or is not trained on, weight 0), None when
+        it was given nothing to score. The loop counts the runs of True (LoopState.advance)."""
+        out: dict[str, bool | None] = {}
         for scorer, weight in self.sources:
             errors = metrics.get(f"reward/{scorer.name}/errors", 0.0)
             mean = metrics.get(f"reward/{scorer.name}", float("nan"))
-            if not np.isnan(mean) or not weight:
-                self.failed_iterations[scorer.name] = 0
-            elif errors:
-                self.failed_iterations[scorer.name] += 1
-        return dict(self.failed_iterations)
+            out[scorer.name] = False if not np.isnan(mean) or not weight else (True if errors else None)
+        return out
 
 
 def length_signals(lengths, rewards, threshold: float) -> dict[str, float]:

@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
 def audit(args: argparse.Namespace) -> dict:
 
     import envs
-    from algos.config import ConfigError, check_env_id, key_value_pairs, read_yaml_values
+    from algos.cli import key_value_pairs
+    from algos.config import ConfigError, read_yaml_values
+    from algos.validate import check_env_id
     from rewards.audit import audit_scalars, env_honeypots, jsonable, load_honeypots, load_responses, run_audit
     from rewards.layer import RewardConfig, build_scorer, parse_spec
 

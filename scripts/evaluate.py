@@ -72,10 +72,14 @@ def load_run_config(checkpoint: str):
 def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     """(report, episodes by policy)."""
     from agents.model import is_builtin, is_model_dir, model_missing, resolve_model, source_problem
+    from algos import distributed
     from algos.checkpoint import check
-    from algos.config import ConfigError, env_kwargs, from_flat, key_value_pairs, validate
+    from algos.cli import key_value_pairs
+    from algos.config import ConfigError, env_kwargs, from_flat
     from algos.evaluation import ScriptedAgent, held_out_seeds, play, summarize
-    from algos.run import build
+    from algos.policy import build_policy
+    from algos.resolve import resolve
+    from algos.validate import validate
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {args.episodes})")
@@ -97,6 +101,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     base_model = args.base_model or cfg.model
     options = dict(model=str(path), output_dir="", sft_steps=0, seed=args.seed, device=args.device or cfg.device,
                    backend=args.backend or cfg.engine.backend,
+                   vllm_max_model_len=0,  # resolved again for this evaluation's prompt and response lengths
                    lora_rank=0, lora_save_merged=False,  # a LoRA checkpoint is evaluated with its adapter merged
                    report_to="none")  # the plots reach the run's W&B run through send_plots, not a reporter
     if args.env and args.env != cfg.env:  # another env: the checkpoint's knobs were for its own
@@ -119,7 +124,9 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
             raise ConfigError("--baselines base needs --base-model: the checkpoint holds no training config")
         if model_missing(base_model):
             raise ConfigError(f"base model path {base_model!r} does not exist; pass a checkpoint folder, a hub id, or tiny")
-    model, tokenizer, agent = build(cfg)
+    device = distributed.device_for(cfg.device, distributed.SINGLE)
+    cfg = resolve(cfg, distributed.SINGLE, device)  # --autocast auto for this model and device
+    model, tokenizer, agent = build_policy(cfg, device=device)
     check_tokenizer(model, tokenizer, path)
     env_kw = env_kwargs(cfg)
     seeds = held_out_seeds(args.episodes)
@@ -131,7 +138,8 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     report["policies"]["model"] = summarize(episodes["model"], args.samples)
     for name in args.baselines:
         if name in ("warm", "base"):  # another model, played exactly like the checkpoint
-            policy = build(from_flat({"model": str(warm) if name == "warm" else base_model, "backend": "hf"}, cfg))[2]
+            other = from_flat({"model": str(warm) if name == "warm" else base_model, "backend": "hf"}, cfg)
+            policy = build_policy(other, device=device)[2]
         else:
             policy = ScriptedAgent(name, args.seed)
         trajs = play(policy, cfg.env, env_kw, seeds, args.samples, args.max_envs, name,

@@ -34,8 +34,8 @@ def main() -> int:
     import gymnasium as gym
 
     import envs  # noqa: F401
-    from agents.model import corpus_steps
     from agents.prompt import PromptBuilder
+    from agents.tiny import corpus_steps
 
     rng = random.Random(0)
     builder = PromptBuilder(memory=1, template="textworld")

@@ -16,7 +16,8 @@ from dataclasses import replace
 
 import torch
 
-from agents.model import full_state_dict, load_model, resolve_model
+from agents.model import load_model, resolve_model
+from agents.weights import full_state_dict
 from algos import distributed
 from algos.config import LearnerConfig
 from algos.learner import Learner
@@ -34,7 +35,7 @@ CASES = [
     ("fsdp-idle-rank", "fsdp", dict(loss_type="grpo", split=14)),  # rank 1 has no sample at all
     ("ddp-idle-rank", "ddp", dict(loss_type="dapo", split=14)),
 ]
-BASE = LearnerConfig(lr=0.05, ppo_epochs=2, num_minibatches=1, micro_batch_size=3, max_grad_norm=1e9, warmup_steps=0)
+BASE = LearnerConfig(rollout_is="off", autocast="off", lr=0.05, ppo_epochs=2, num_minibatches=1, micro_batch_size=3, max_grad_norm=1e9, warmup_steps=0)
 
 
 def model():

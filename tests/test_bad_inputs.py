@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from algos.config import Config, ConfigError, check_types, from_flat, load_preset, typed, validate
+from algos.cli import load_preset
+from algos.config import Config, ConfigError, check_types, from_flat, typed
 from algos.run_dir import read_metrics
 from algos.train import main as train_main
+from algos.validate import validate
 from rewards.base import FunctionScorer, RewardItem, score_batch
 from rewards.layer import RewardLayer
 from scripts.plot import main as plot_main
@@ -278,7 +280,7 @@ def test_nan_inf_and_text_scores_are_errors_with_a_reason():
         assert len(errors) == 2
 
 
-def test_the_reward_layer_notes_the_first_error_once_and_counts_failed_iterations(capsys):
+def test_the_reward_layer_notes_the_first_error_once_and_says_which_sources_failed(capsys):
     def flaky(item):
         if item.response == "bad":
             raise RuntimeError("cannot score this")
@@ -287,12 +289,12 @@ def test_the_reward_layer_notes_the_first_error_once_and_counts_failed_iteration
     layer = RewardLayer([(FunctionScorer("flaky", flaky, needs_answer=False), 1.0),
                          (FunctionScorer("audited", lambda it: 1 / 0, needs_answer=False), 0.0)])  # fmt: skip
     bad, good = RewardItem.from_response("q", "bad"), RewardItem.from_response("q", "good")
-    runs = []
+    failed = []
     for episodes in ([[bad]], [[bad], [bad]], [], [[bad], [good]], [[bad]]):
         layer.score_episodes(episodes)
-        runs.append(layer.count_failures(layer.metrics())["flaky"])
-    assert runs == [1, 2, 2, 0, 1]  # nothing to score leaves the run; one good score ends it
-    assert layer.count_failures({})["audited"] == 0  # weight 0: noted, never stops a run
+        failed.append(layer.failed(layer.metrics())["flaky"])
+    assert failed == [True, True, None, False, True]  # nothing to score: None; one good score: False
+    assert layer.failed({})["audited"] is False  # weight 0: noted, never stops a run
     notes = capsys.readouterr().err.splitlines()
     assert notes == ["note: --reward flaky: a response it fails on scores 0 (first: RuntimeError: cannot score "
                      "this); see reward/flaky/errors",

@@ -4,18 +4,9 @@ from pathlib import Path
 import pytest
 
 from agents.vllm_backend import vllm_available
-from algos.config import (
-    SECTIONS,
-    Config,
-    ConfigError,
-    env_kwargs,
-    flat,
-    from_flat,
-    key_value_pairs,
-    load_preset,
-    parse_config,
-    validate,
-)
+from algos.cli import key_value_pairs, load_preset, parse_config
+from algos.config import SECTIONS, Config, ConfigError, env_kwargs, flat, from_flat
+from algos.validate import validate
 
 PRESETS = sorted(Path(__file__).resolve().parent.parent.joinpath("configs").glob("*.yaml"))
 
@@ -91,7 +82,7 @@ def test_each_option_is_defined_once_and_round_trips():
 
 
 def test_a_pretrained_model_with_the_toys_learning_rates_gets_a_note(tmp_path):
-    from algos.config import toy_defaults_note
+    from algos.validate import toy_defaults_note
 
     note = toy_defaults_note(parse_config(["--model", "smollm2-135m-instruct"]))
     assert note and "\n" not in note

@@ -138,7 +138,7 @@ def test_a_nan_loss_leaves_weights_and_optimizer_bit_identical(tiny):
 
     model, tok = tiny
     model = copy.deepcopy(model)
-    learner = Learner(model, LearnerConfig(num_minibatches=1, ppo_epochs=1), tok.pad_token_id)
+    learner = Learner(model, LearnerConfig(rollout_is="off", autocast="off", num_minibatches=1, ppo_epochs=1), tok.pad_token_id)
     ids = tok("<action>go north</action>", add_special_tokens=False)["input_ids"]
     good = [Sample([1, 2, 3], ids, 1.0, [-1.0] * len(ids)), Sample([4, 5], ids, -1.0, [-1.0] * len(ids))]
     learner.update(good)  # the optimizer has state now
@@ -164,10 +164,8 @@ def nan_on(iterations, monkeypatch):
 
     original, calls = algos.run.compute_advantages, {"n": 0}
 
-    def poisoned(cfg, steps):
-        adv, stats = original(cfg, steps)
-        if len({s.group_id for s in steps}) == 1:  # dynamic sampling asking about one group
-            return adv, stats
+    def poisoned(algo, cfg, steps):
+        adv, stats = original(algo, cfg, steps)
         calls["n"] += 1  # the iteration's batch (TINY has two groups)
         return (np.full_like(adv, np.nan) if calls["n"] in iterations else adv), stats
 

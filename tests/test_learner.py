@@ -76,7 +76,7 @@ def test_micro_batches_give_the_same_update_as_one_batch(tiny, loss_type):
     params, losses = [], []
     for micro in (1, 4, 64):
         m = copy.deepcopy(model)
-        cfg = LearnerConfig(loss_type=loss_type, micro_batch_size=micro, num_minibatches=1, max_grad_norm=1e9)
+        cfg = LearnerConfig(rollout_is="off", autocast="off", loss_type=loss_type, micro_batch_size=micro, num_minibatches=1, max_grad_norm=1e9)
         learner = Learner(m, cfg, tokenizer.pad_token_id)
         learner.optimizer = torch.optim.SGD(m.parameters(), lr=1.0)  # delta = -gradient
         learner.scheduler = torch.optim.lr_scheduler.LambdaLR(learner.optimizer, lambda _: 1.0)
@@ -103,7 +103,7 @@ def test_response_logprobs_ignore_padding(tiny):
 def test_non_finite_gradient_skips_the_step(tiny):
     model, tokenizer = tiny
     m = copy.deepcopy(model)
-    learner = Learner(m, LearnerConfig(num_minibatches=1), tokenizer.pad_token_id)
+    learner = Learner(m, LearnerConfig(rollout_is="off", autocast="off", num_minibatches=1), tokenizer.pad_token_id)
     bad = [Sample(s.prompt_ids, s.response_ids, float("nan"), s.old_logprobs) for s in _samples(tokenizer)]
     before = [p.detach().clone() for p in m.parameters()]
     stats = learner.update(bad)
@@ -172,7 +172,7 @@ def test_entropy_bonus_raises_entropy_and_zero_length_responses_change_nothing(t
     results = []
     for extra, coef in (([], 0.5), ([Sample([5, 6, 7], [], 3.0, [])], 0.5)):
         m = copy.deepcopy(model)
-        learner = Learner(m, LearnerConfig(entropy_coef=coef, num_minibatches=1, max_grad_norm=1e9), pad)
+        learner = Learner(m, LearnerConfig(rollout_is="off", autocast="off", entropy_coef=coef, num_minibatches=1, max_grad_norm=1e9), pad)
         learner.optimizer = torch.optim.SGD(m.parameters(), lr=1.0)  # one step along -gradient
         learner.scheduler = torch.optim.lr_scheduler.LambdaLR(learner.optimizer, lambda _: 1.0)
         learner.update(samples + extra)
@@ -207,7 +207,7 @@ def test_rollout_is_recomputes_old_logprobs_so_the_first_ratio_is_one(tiny):
     model, tokenizer = tiny
     # a stale engine: its logprobs (-8) are far below the trainer's (about -6.9 for ~1000 tokens)
     samples = [replace(s, old_logprobs=[-8.0] * len(s.response_ids)) for s in _samples(tokenizer)]
-    cfg = LearnerConfig(rollout_is="token", rollout_is_cap=2.0, num_minibatches=1, ppo_epochs=1)
+    cfg = LearnerConfig(autocast="off", rollout_is="token", rollout_is_cap=2.0, num_minibatches=1, ppo_epochs=1)
     stats = Learner(copy.deepcopy(model), cfg, tokenizer.pad_token_id).update(samples)
     assert stats["train/ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # PPO's reference is the trainer's own
     assert stats["rollout_is/ratio_max"] > 2.0 and 0 < stats["rollout_is/truncated_frac"] <= 1
@@ -251,7 +251,7 @@ def test_learner_update_with_shared_prompts_equals_the_full_pass(tiny):
     params, stats = [], []
     for share in (False, True):
         m = copy.deepcopy(model)
-        cfg = LearnerConfig(micro_batch_size=5, num_minibatches=2, share_prompts=share, max_grad_norm=1e9)
+        cfg = LearnerConfig(rollout_is="off", autocast="off", micro_batch_size=5, num_minibatches=2, share_prompts=share, max_grad_norm=1e9)
         learner = Learner(m, cfg, tokenizer.pad_token_id, seed=1)
         learner.optimizer = torch.optim.SGD(m.parameters(), lr=1.0)  # delta = -gradient
         learner.scheduler = torch.optim.lr_scheduler.LambdaLR(learner.optimizer, lambda _: 1.0)
@@ -268,7 +268,7 @@ def test_a_kl_target_stops_the_update_before_the_step_that_would_pass_it(tiny):
     model, tokenizer = tiny
     samples = _samples(tokenizer)
     # rollout_is recomputes the old logprobs, so the first mini-batch starts on-policy (approx KL ~1e-13)
-    cfg = LearnerConfig(rollout_is="token", ppo_epochs=2, num_minibatches=2, lr=1e-2)
+    cfg = LearnerConfig(autocast="off", rollout_is="token", ppo_epochs=2, num_minibatches=2, lr=1e-2)
     free = Learner(copy.deepcopy(model), cfg, tokenizer.pad_token_id).update(samples)
     assert free["train/optimizer_steps"] == 4 and free["train/early_stopped"] == 0
     tokens = sum(len(s.response_ids) for s in samples)

@@ -8,7 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig
 
-from agents.model import TEXTWORLD_CORPUS, env_corpus, load_model, load_tokenizer, model_missing, resolve_model
+from agents.model import load_model, load_tokenizer, model_missing, resolve_model
+from agents.tiny import TEXTWORLD_CORPUS, env_corpus
 
 # Qwen2.5's added tokens, ids 151643.. in order (its tokenizer_config.json); the last 8 are not "special".
 QWEN25_ADDED = [

@@ -13,7 +13,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agents.model import add_lora, enable_gradient_checkpointing, load_model, merged_state_dict
+from agents.model import add_lora, enable_gradient_checkpointing, load_model
+from agents.weights import merged_state_dict
 from algos import distributed
 from algos.collector import Step, Trajectory
 from algos.config import LearnerConfig
@@ -112,7 +113,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny):
         model = copy.deepcopy(tiny[0])
         if checkpointing:
             enable_gradient_checkpointing(model)
-        lrn = Learner(model, LearnerConfig(lr=0.0, micro_batch_size=4, num_minibatches=1), pad_id=0)
+        lrn = Learner(model, LearnerConfig(rollout_is="off", autocast="off", lr=0.0, micro_batch_size=4, num_minibatches=1), pad_id=0)
         lrn.update(samples())  # lr 0: the weights stay, the gradients are kept
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
     for n in grads[0]:
@@ -122,7 +123,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny):
 def test_bf16_autocast_update_runs_on_cpu(tiny):
     model = copy.deepcopy(tiny[0])
     before = model.lm_head.weight.clone()
-    stats = Learner(model, LearnerConfig(autocast="bf16", num_minibatches=1), pad_id=0).update(samples())
+    stats = Learner(model, LearnerConfig(rollout_is="off", autocast="bf16", num_minibatches=1), pad_id=0).update(samples())
     assert torch.isfinite(torch.tensor(stats["train/loss"])) and stats["train/skipped_frac"] == 0.0
     assert model.lm_head.weight.dtype == torch.float32 and not torch.equal(model.lm_head.weight, before)
 
@@ -130,13 +131,20 @@ def test_bf16_autocast_update_runs_on_cpu(tiny):
 def test_autocast_auto_is_bf16_where_the_cpu_has_bf16_units_and_the_model_is_large(monkeypatch, tiny):
     import agents.model
 
-    big = torch.nn.Linear(5000, 4000)  # 20M parameters: where bf16 matmuls pay on a CPU
+    big = 20_000_000  # parameters: where bf16 matmuls pay on a CPU
+    toy = sum(p.numel() for p in tiny[0].parameters())
     for has, expected in ((True, "bf16"), (False, "off")):
         monkeypatch.setattr(agents.model, "cpu_has_bf16", lambda has=has: has)
         assert agents.model.precision("auto", "cpu", big) == expected
-        assert agents.model.precision("auto", "cpu", tiny[0]) == "off"  # the 0.9M toy keeps float32
-        assert agents.model.precision("bf16", "cpu", tiny[0]) == "bf16"  # asked for: always
+        assert agents.model.precision("auto", "cpu", toy) == "off"  # the 0.9M toy keeps float32
+        assert agents.model.precision("bf16", "cpu", toy) == "bf16"  # asked for: always
         assert agents.model.precision("off", "cpu", big) == "off"
+
+
+def test_the_parameter_count_on_the_meta_device_is_the_loaded_models(tiny, tiny_path):
+    from agents.model import parameter_count
+
+    assert parameter_count(str(tiny_path)) == sum(p.numel() for p in tiny[0].parameters())
 
 
 def test_bf16_rollouts_and_a_bf16_learner_start_at_ratio_one(tiny):
@@ -146,6 +154,7 @@ def test_bf16_rollouts_and_a_bf16_learner_start_at_ratio_one(tiny):
     from agents.backend import HFBackend
     from agents.generation import Sampling
     from algos.config import from_flat
+    from algos.resolve import resolve
 
     model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "You are in the hall. Exits: north."}],
@@ -153,13 +162,13 @@ def test_bf16_rollouts_and_a_bf16_learner_start_at_ratio_one(tiny):
     backend = HFBackend(model, [tokenizer.eos_token_id], tokenizer.pad_token_id, seed=0, precision="bf16")
     out, lps = backend.generate([prompt] * 8, Sampling(temperature=1.0, max_new_tokens=8))
     batch = [Sample(prompt, r, (-1.0) ** k, lp) for k, (r, lp) in enumerate(zip(out, lps))]
-    cfg = from_flat(dict(autocast="bf16", num_minibatches=1, ppo_epochs=1, lr=1e-12))
+    cfg = resolve(from_flat(dict(autocast="bf16", num_minibatches=1, ppo_epochs=1, lr=1e-12)), distributed.SINGLE, "cpu")
+    assert cfg.learner.rollout_is == "token"  # auto under bf16
     stats = Learner.for_run(model, cfg, tokenizer.pad_token_id, len(tokenizer)).update(batch)
     assert stats["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5) and stats["train/ratio_max"] < 1 + 1e-4
     assert 0.9 < stats["rollout_is/ratio_mean"] < 1.1 and stats["rollout_is/ratio_max"] != 1.0  # the bf16 gap, measured
-    plain = Learner.for_run(copy.deepcopy(tiny[0]), from_flat(dict(autocast="off", num_minibatches=1, ppo_epochs=1)),
-                            tokenizer.pad_token_id, len(tokenizer))  # fmt: skip
-    assert plain.cfg.rollout_is == "off"  # float32 HF rollouts match the learner: nothing to correct
+    plain = resolve(from_flat(dict(autocast="off", num_minibatches=1, ppo_epochs=1)), distributed.SINGLE, "cpu")
+    assert plain.learner.rollout_is == "off"  # float32 HF rollouts match the learner: nothing to correct
 
 
 @pytest.mark.slow

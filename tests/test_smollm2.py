@@ -161,7 +161,7 @@ def test_fixed_prompts_give_fixed_greedy_answers(smollm2, prompt):
 
 @pytest.mark.slow
 def test_the_tokenizer_round_trips(smollm2):
-    from agents.model import TEXTWORLD_CORPUS, env_corpus
+    from agents.tiny import TEXTWORLD_CORPUS, env_corpus
 
     _, tokenizer = smollm2
     lines = TEXTWORLD_CORPUS.read_text().splitlines()[::5] + env_corpus(episodes_per_env=1)
@@ -197,10 +197,13 @@ def assert_is_smollm2(ckpt: Path, profile: Path) -> None:
 def test_sft_and_rl_on_the_hf_backend(run, smollm2_path):
     rows = metrics(run)
     assert any("sft/loss" in r for r in rows)
-    config = (run / "config.yaml").read_text()
+    import yaml
+
     from agents.model import cpu_has_bf16
 
-    assert f"autocast: {'bf16' if cpu_has_bf16() else 'off'}" in config  # auto, resolved for a 135M model
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["autocast"] == ("bf16" if cpu_has_bf16() else "off")  # auto, resolved for a 135M model
+    assert config["rollout_is"] == ("token" if cpu_has_bf16() else "off")  # and rollout_is from it (resolve)
     rl = [r for r in rows if "train/loss" in r]
     assert rl, "no update ran"
     # one optimizer step per update: its ratio is that of the rollout policy. In bf16 the learner recomputes the

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.model import CHAT_TEMPLATE, load_tokenizer
+from agents.model import load_tokenizer
 from agents.templates import PROMPT, default_system, injects_date, rewrites_history, template_notes, thinking
+from agents.tiny import CHAT_TEMPLATE
 
 DATA = Path(__file__).parent / "data"
 QWEN25 = Path(__file__).parent.parent / "agents" / "data" / "qwen2.5_chat_template.jinja"

@@ -157,3 +157,33 @@ def test_env_without_expert_or_admissible_commands(tmp_path, capsys):
     informative = it["data/frac_uninformative_groups"] < 1.0
     assert ("train/loss" in it) == informative
     assert it.get("train/update_skipped", 0.0) == (0.0 if informative else 1.0)
+
+
+def test_the_loop_state_moves_only_in_advance_by_hand_computed_counts():
+    """LoopState.advance: env steps add up over the collected groups, held samples are replaced, a run of
+    updates whose every step was non-finite counts up (a finite one ends it, a held batch leaves it), and
+    each reward source's run of failed iterations grows on True, ends on False, stays on None."""
+    from algos.collector import Step, Trajectory
+    from algos.distributed import SINGLE
+    from algos.logprobs import Sample
+    from algos.run import Batch, LoopState, Update
+
+    def batch(lengths: list[int], failed: dict) -> Batch:
+        step = dict(group_id=0, state_key="room", observation="obs", prompt_ids=[1], response_ids=[2],
+                    rollout_logprobs=[-0.1], response="a", action="a", parse_status="ok", action_valid=True,
+                    reward=0.0, terminated=False, truncated=False, won=False)  # fmt: skip
+        trajs = [Trajectory(0, i, 0, "", [Step(traj_id=i, t=t, **step) for t in range(n)]) for i, n in enumerate(lengths)]
+        return Batch(trajs, trajs, {}, [s for t in trajs for s in t.steps], {0}, {}, failed)
+
+    held = [Sample([1], [2], 0.5, [-0.1])]
+    loop = LoopState()
+    loop.advance(1, batch([3, 2], {"judge": True}), Update(True, [], {}, non_finite=True))
+    assert (loop.iteration, loop.env_steps, loop.bad_updates, loop.failed_rewards) == (1, 5, 1, {"judge": 1})
+    loop.advance(2, batch([4], {"judge": None}), Update(False, held, {}))  # held: no update ran
+    assert (loop.env_steps, loop.bad_updates, loop.held, loop.failed_rewards) == (9, 1, held, {"judge": 1})
+    loop.advance(3, batch([1, 1], {"judge": True}), Update(True, [], {}, non_finite=True))
+    assert (loop.bad_updates, loop.held, loop.failed_rewards) == (2, [], {"judge": 2})
+    loop.advance(4, batch([2], {"judge": False}), Update(True, [], {}))
+    assert (loop.iteration, loop.env_steps, loop.bad_updates, loop.failed_rewards) == (4, 13, 0, {"judge": 0})
+    again = LoopState.from_dict(4, loop.to_dict(SINGLE), SINGLE)  # a checkpoint's "loop" entry, one unit
+    assert (again.iteration, again.env_steps, again.bad_updates, again.failed_rewards) == (4, 13, 0, {"judge": 0})

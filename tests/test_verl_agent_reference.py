@@ -25,9 +25,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from algos.advantages import compute_advantages, informative
+from algos.cli import parse_config
 from algos.collector import Step
-from algos.config import parse_config
-from algos.run import compute_advantages, informative
 
 PRESET = "configs/gigpo_verl_agent.yaml"
 
@@ -108,7 +108,7 @@ def batches(draw: st.DrawFn) -> list[dict]:
 @given(rows=batches())
 def test_the_preset_matches_verl_agent(rows, mode, norm) -> None:
     cfg = parse_config(["--config", PRESET, "--norm", norm])
-    ours, _ = compute_advantages(cfg, as_steps(rows))
+    ours, _ = compute_advantages(cfg.algo, cfg.advantages, as_steps(rows))
     a = cfg.advantages
     theirs = verl_agent_gigpo(rows, a.gamma, a.invalid_penalty, a.omega, mode)
     assert np.max(np.abs(ours - theirs)) <= 1e-5
@@ -124,7 +124,7 @@ def test_a_seeded_batch_of_a_thousand_rows_matches() -> None:
                           valid=bool(rng.random() < 0.8)) for _ in range(n)]  # fmt: skip
             tid += 1
     cfg = parse_config(["--config", PRESET])
-    ours, _ = compute_advantages(cfg, as_steps(rows))
+    ours, _ = compute_advantages(cfg.algo, cfg.advantages, as_steps(rows))
     a = cfg.advantages
     theirs = verl_agent_gigpo(rows, a.gamma, a.invalid_penalty, a.omega, "mean_std_norm")
     assert len(rows) > 1000 and np.max(np.abs(ours - theirs)) <= 1e-5
@@ -135,7 +135,7 @@ def test_today_s_defaults_differ_from_it() -> None:
     rows = [dict(group=0, traj=t, obs=o, reward=r, valid=v)
             for t, path in enumerate([[("a", 0, True), ("b", 1, True)], [("a", 0, False), ("c", 0, True)]])
             for o, r, v in path]  # fmt: skip
-    ours, _ = compute_advantages(parse_config([]), as_steps(rows))
+    ours, _ = compute_advantages("gigpo", parse_config([]).advantages, as_steps(rows))
     theirs = verl_agent_gigpo(rows, 0.95, 0.1, 1.0, "mean_std_norm")
     assert np.max(np.abs(ours - theirs)) > 0.1
 
@@ -159,8 +159,8 @@ def won_by_two_routes() -> list:
 def test_an_all_won_group_with_two_route_lengths_is_informative_under_gigpo_only() -> None:
     group = won_by_two_routes()
     gigpo, grpo = parse_config(["--algo", "gigpo"]), parse_config(["--algo", "grpo"])
-    assert informative(gigpo, group) and not informative(grpo, group)
-    adv, _ = compute_advantages(gigpo, [s for t in group for s in t.steps])
+    assert informative("gigpo", gigpo.advantages, group) and not informative("grpo", grpo.advantages, group)
+    adv, _ = compute_advantages("gigpo", gigpo.advantages, [s for t in group for s in t.steps])
     first = adv[[i for i, s in enumerate(s for t in group for s in t.steps) if s.t == 0]]
     # G_0 = 0.95^2 (3 steps) or 0.95^3 (4 steps): deviations +-0.0225625 over (unbiased std 0.0241202 + 1e-6)
     np.testing.assert_allclose(first, [0.935376] * 4 + [-0.935376] * 4, atol=1e-6)
@@ -169,4 +169,4 @@ def test_an_all_won_group_with_two_route_lengths_is_informative_under_gigpo_only
 def test_equal_returns_and_equal_routes_are_uninformative_under_both() -> None:
     group = won_by_two_routes()[:4]  # the same 3-step route four times
     for algo in ("gigpo", "grpo"):
-        assert not informative(parse_config(["--algo", algo]), group)
+        assert not informative(algo, parse_config(["--algo", algo]).advantages, group)

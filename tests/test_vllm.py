@@ -127,7 +127,7 @@ def test_sync_check_fails_without_sync_and_passes_after_it(engine, tiny_path, ti
     # One real policy update: PPO on the engine's own rollouts with made-up advantages.
     ids, lps = engine.generate(prompts, sampling)
     samples = [Sample(p, r, 1.0 if i % 2 else -1.0, lp) for i, (p, r, lp) in enumerate(zip(prompts, ids, lps))]
-    learner = Learner(model, LearnerConfig(lr=1e-2, warmup_steps=1, num_minibatches=1), tokenizer.pad_token_id)
+    learner = Learner(model, LearnerConfig(rollout_is="off", autocast="off", lr=1e-2, warmup_steps=1, num_minibatches=1), tokenizer.pad_token_id)
     learner.update(samples)
 
     stale = logprob_gap(engine, model, prompts, sampling, 1.0, tokenizer.pad_token_id)

