@@ -250,22 +250,24 @@ def test_lora_adapter_and_merged(tmp_path, smollm2_path):
 
 
 @pytest.mark.slow
-def test_torchrun_two_ranks(tmp_path, smollm2_path):
-    out = tmp_path / "dist"
-    proc = torchrun(["-m", "algos.train", "--iterations", "1", "--output-dir", str(out), *RUN, *NO_EVAL])
+def test_torchrun_two_ranks(tmp_path, run, smollm2_path):
+    out = tmp_path / "dist"  # from the warmed-up checkpoint: the warm-up on two ranks is test_real_vocab's
+    proc = torchrun(["-m", "algos.train", "--iterations", "1", "--output-dir", str(out), *RUN, *NO_EVAL, "--model",
+                     str(run / "checkpoints" / "iter_0")])  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_is_smollm2(out / "checkpoints" / "iter_1", Path(smollm2_path))
 
 
 @pytest.mark.slow
-def test_vllm_serves_the_trained_weights(tmp_path, smollm2_path):
+def test_vllm_serves_the_trained_weights(tmp_path, run):
     pytest.importorskip("vllm")
     from algos.weight_sync import tolerance_for
 
-    out = tmp_path / "vllm"
+    out = tmp_path / "vllm"  # from the warmed-up checkpoint (a trainer checkpoint of SmolLM2: no warm-up)
     proc = subprocess.run([sys.executable, "-m", "algos.train", "--iterations", "1", "--backend", "vllm",
                            "--sync-check-every", "1", "--vllm-kv-cache-gib", "0.25", "--autocast", "off", "--output-dir",
-                           str(out), *RUN, *NO_EVAL], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+                           str(out), *RUN, *NO_EVAL, "--model", str(run / "checkpoints" / "iter_0")],
+                          capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     syncs = [r for r in metrics(out) if "sync/logprob_diff_max" in r]
     assert len(syncs) == 2  # after the warm-up and after the update
