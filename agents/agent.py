@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agents.backend import Backend
+from agents.chat import ChatFormat
 from agents.generation import Sampling
 from agents.prompt import PromptBuilder
 from agents.stopwatch import Stopwatch
@@ -46,7 +47,11 @@ class LLMAgent:
         prompts: PromptBuilder,
         sampling: Sampling,
         max_prompt_tokens: int = 1024,
+        context: str = "window",
+        max_context_tokens: int = 4096,
     ) -> None:
+        """`context`: window (each prompt built from a View) or chat (the collector keeps each episode's
+        conversation with `self.chat`, agents/chat.py, and passes it as the prompt)."""
         self.tokenizer = tokenizer
         self.backend = backend
         self.prompts = prompts
@@ -56,9 +61,19 @@ class LLMAgent:
         self.format = prompts.action_format
         # tool_call: the chat template renders the tools itself when it can (json asks for no tags)
         self.native_tools = self.format.name == "tool_call" and renders_tools(tokenizer)
+        self.context, self.max_context_tokens = context, max_context_tokens
+        self.chat: ChatFormat | None = None
+        if context == "chat":  # ValueError (one line) for a template that rewrites earlier turns
+            role = "tool" if self.format.name == "tool_call" else "user"
+            tools = self.format.tools_for(None) if self.native_tools else None
+            self.chat = ChatFormat(tokenizer, prompts, role, tools)
 
     def prompt_ids(self, view: View) -> list[int]:
-        """Chat-templated prompt; drops the oldest memory first if it grows too long."""
+        """Chat-templated prompt; drops the oldest memory first if it grows too long. In the chat context,
+        the first prompt of an episode (the collector extends it with `self.chat.follow`)."""
+        if self.chat is not None:
+            admissible = list(view.admissible) if view.admissible is not None else None
+            return self.chat.first(view.task, view.observation, admissible)
         history = list(view.history)
         while True:
             admissible = list(view.admissible) if view.admissible is not None else None
@@ -74,15 +89,18 @@ class LLMAgent:
         """The reply text that sends `command` in this agent's format (the SFT warm-up's target)."""
         return self.format.reply(command)
 
-    def act(self, views: list[View], sampling: Sampling | None = None) -> list[Act]:
+    def act(self, views: list[View], sampling: Sampling | None = None,
+            prompts: list[list[int]] | None = None) -> list[Act]:  # fmt: skip
+        """One reply per view; `prompts`: the views' prompt ids when the caller built them (a conversation)."""
         if not views:
             return []
         with self.stopwatch.section("prompt"):
-            built: dict[View, list[int]] = {}  # a group's envs often show the same view (its first step)
-            for v in views:
-                if v not in built:
-                    built[v] = self.prompt_ids(v)
-            prompts = [built[v] for v in views]
+            if prompts is None:
+                built: dict[View, list[int]] = {}  # a group's envs often show the same view (its first step)
+                for v in views:
+                    if v not in built:
+                        built[v] = self.prompt_ids(v)
+                prompts = [built[v] for v in views]
         with self.stopwatch.section("generate"):
             responses, logprobs = self.backend.generate(prompts, sampling or self.sampling)
         acts = []

@@ -15,13 +15,20 @@ from agents.prompt import TEMPLATES
 from agents.tools import ACTION_FORMATS
 from envs.base import at_least, choose
 
+CONTEXTS = ("window", "chat")
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
     """-- prompts and sampling --"""
 
+    context: str = "window"
+    """window (every step's prompt rebuilt from the last --memory steps, one sample per step) or chat (an
+    episode is one conversation: each prompt is the whole conversation so far, one sample per episode)."""
     memory: int = 1
-    """Past (observation, action) pairs shown in each prompt."""
+    """Past (observation, action) pairs shown in each prompt (window context)."""
+    max_context_tokens: int = 4096
+    """chat context: the longest conversation (prompt + reply); an episode that would outgrow it ends truncated."""
     prompt_template: str = "auto"
     """auto (the env's metadata["prompt_template"]), default, textworld or answer (single-turn problems)."""
     action_format: str = "tag"
@@ -39,12 +46,16 @@ class SamplingConfig:
     def check(self) -> None:
         choose("prompt_template", self.prompt_template, ("auto", *TEMPLATES))
         choose("action_format", self.action_format, ACTION_FORMATS)
-        for name in ("max_new_tokens", "max_prompt_tokens", "generation_batch_size"):
+        choose("context", self.context, CONTEXTS)
+        for name in ("max_new_tokens", "max_prompt_tokens", "max_context_tokens", "generation_batch_size"):
             at_least(name, getattr(self, name), 1)
         at_least("memory", self.memory, 0)
         at_least("temperature", self.temperature, 0)
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1] (got {self.top_p})")
+        if self.context == "chat" and self.max_context_tokens <= self.max_new_tokens:
+            raise ValueError(f"max_context_tokens ({self.max_context_tokens}) must exceed max_new_tokens "
+                             f"({self.max_new_tokens}): a conversation holds its prompt and a reply")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -207,6 +207,16 @@ def parameter_count(path: str, trust_remote_code: bool = False) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def positions(path: str, trust_remote_code: bool = False) -> int | None:
+    """The longest sequence the model's config allows (max_position_embeddings), or None when it names none."""
+    from transformers import AutoConfig
+
+    source = adapter_base(path) if is_adapter(path) else path
+    config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
 def precision(mode: str, device: str | torch.device, parameters: int) -> str:
     """`--autocast` resolved to "bf16" or "off". auto: bf16 on a GPU that supports it, and on a CPU
     with bf16 matrix units (cpu_has_bf16) for a model of at least BF16_MIN_PARAMETERS `parameters`;

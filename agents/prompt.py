@@ -1,8 +1,9 @@
 """Prompts: system instructions + a memory window of recent steps + the current view.
 
-Each env step is its own training sample, so the prompt is rebuilt from scratch every
-step from the last `memory` (observation, action) pairs; its length stays bounded however
-long the episode runs. The chat template of the model's tokenizer turns the messages into
+In the window context each env step is its own training sample, so the prompt is rebuilt
+from scratch every step from the last `memory` (observation, action) pairs; its length stays
+bounded however long the episode runs. In the chat context (agents/chat.py) the first two
+messages open a conversation and `turn` writes each later observation. The chat template of the model's tokenizer turns the messages into
 token ids, so a real instruct model sees its own format.
 
 Templates (`template=`): "default" is terse, for the built-in grid games; "textworld"
@@ -67,20 +68,39 @@ class PromptBuilder:
         observation: str,
         admissible: list[str] | None,
         native_tools: bool = False,
+        episode: bool = False,
     ) -> list[dict[str, str]]:
-        """`native_tools`: the chat template gets the tools through `tools=`, so they are not written here."""
-        recent = history[-self.memory :] if self.memory else []
+        """`native_tools`: the chat template gets the tools through `tools=`, so they are not written here.
+        `episode`: the first messages of a conversation (--context chat, agents/chat.py): no memory window,
+        and tools listed without the admissible commands of one step (each turn lists its own)."""
+        recent = history[-self.memory :] if self.memory and not episode else []
         fmt = self.action_format
         if self.template == "textworld":
             system = TEXTWORLD_SYSTEM.format(task=task, how=fmt.how("command"))
-            user = self._textworld(history, recent, observation, admissible)
         elif self.template == "answer":  # one question, one answer: no memory, no command list
-            system, user = ANSWER_SYSTEM.format(task=task, how=fmt.how("answer")), observation
+            system = ANSWER_SYSTEM.format(task=task, how=fmt.how("answer"))
         else:
-            system, user = SYSTEM.format(task=task, how=fmt.how("command")), self._default(recent, observation, admissible)
+            system = SYSTEM.format(task=task, how=fmt.how("command"))
+        if episode:
+            user = self.turn(1, observation, admissible)
+        elif self.template == "textworld":
+            user = self._textworld(len(history) + 1, recent, observation, admissible)
+        elif self.template == "answer":
+            user = observation
+        else:
+            user = self._default(recent, observation, admissible)
         if fmt.name != "tag" and not native_tools:
-            system += "\n" + fmt.tool_text(admissible)
+            system += "\n" + fmt.tool_text(None if episode else admissible)
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def turn(self, step: int, observation: str, admissible: list[str] | None) -> str:
+        """What one observation turn of a conversation says (step is 1-based): the window prompt's
+        current-observation part, with no history (the conversation holds it)."""
+        if self.template == "textworld":
+            return self._textworld(step, [], observation, admissible)
+        if self.template == "answer":
+            return observation
+        return self._default([], observation, admissible)
 
     def _default(self, recent, observation, admissible) -> str:
         lines = [f"Before: {obs}\n> {action}" for obs, action in recent]
@@ -89,8 +109,7 @@ class PromptBuilder:
             lines.append("Commands: " + " | ".join(admissible))
         return "\n".join(lines)
 
-    def _textworld(self, history, recent, observation, admissible) -> str:
-        step = len(history) + 1
+    def _textworld(self, step, recent, observation, admissible) -> str:
         lines = [f"Step {step}."]
         if recent:
             lines.append("Recent history:")

@@ -155,11 +155,14 @@ class VLLMBackend:
 
     def __init__(self, model_path: str, eos_ids: list[int], engine: EngineConfig, on_gpu: bool, seed: int = 0,
                  vocab: int = 0, dtype: str = "float32", max_model_len: int = 2048,
-                 trust_remote_code: bool = False, external_launcher: bool = False, lora_rank: int = 0):  # fmt: skip
+                 trust_remote_code: bool = False, external_launcher: bool = False, lora_rank: int = 0,
+                 prefix_caching: bool = False):  # fmt: skip
         """`engine`: the run's engine section; `dtype` the trainer's (another one fails the sync check);
         `max_model_len` the longest prompt + response, resolved (engine.vllm_max_model_len or the run's);
         `external_launcher`: this process is a torchrun rank, so the engine joins its world;
-        `lora_rank` > 0: serve the policy's LoRA adapter of that rank (`adapter_rank`), synced adapter-only."""
+        `lora_rank` > 0: serve the policy's LoRA adapter of that rank (`adapter_rank`), synced adapter-only;
+        `prefix_caching`: keep the KV blocks of prompts seen before (the chat context: each turn's prompt is
+        the last one's plus a reply and an observation), dropped at every sync (`reset_prefix_cache`)."""
         _prepare_process(on_gpu)
         from vllm import LLM
 
@@ -173,6 +176,8 @@ class VLLMBackend:
             logprobs_mode="processed_logprobs",
             trust_remote_code=trust_remote_code,
         )
+        if prefix_caching:
+            kwargs["enable_prefix_caching"] = True
         if vocab:  # the head's rows from len(tokenizer) on are padding: -inf before sampling and logprobs
             kwargs["logits_processors"] = [padded_rows_mask(vocab)]
         if engine.vllm_kv_cache_gib > 0 or not on_gpu:

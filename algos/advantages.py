@@ -388,3 +388,10 @@ def informative(algo: str, cfg: AdvantageConfig, group: Sequence[Trajectory]) ->
     included): what dynamic sampling keeps. Computed alone, as the group's statistics are its own."""
     steps = [s for t in group for s in t.steps]
     return bool(steps) and bool(np.abs(compute_advantages(algo, cfg, steps)[0]).max() > NEGLIGIBLE)
+
+
+def informative_sample(sample) -> bool:
+    """A training sample with some advantage that is not negligible (a NaN counts: the learner then skips
+    its non-finite step); `sample.advantage` is one value or one per token (an episode)."""
+    values = sample.advantage if isinstance(sample.advantage, list) else [sample.advantage]
+    return any(not abs(a) <= NEGLIGIBLE for a in values)

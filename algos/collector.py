@@ -42,6 +42,7 @@ class Step:
     env_error: bool = False  # the env failed on this step (info["error"]); the episode ended truncated
     answer: str | None = None  # the reference answer of the problem (info["answer"]), for verifiers
     task_type: str = ""  # info["task_type"]: which rubric scores this answer
+    context_truncated: bool = False  # chat context: the conversation reached --max-context-tokens here (truncated)
 
 
 @dataclass(frozen=True)
@@ -139,9 +140,17 @@ class Collector:
         history: list[list[tuple[str, str]]] = [[] for _ in range(n)]
         rows: list[list[dict]] = [[] for _ in range(n)]
         active = list(range(n))
+        chat = getattr(agent, "chat", None)  # the chat context: each env's conversation so far is its prompt
+        conversation: list[list[int]] = [[] for _ in range(n)]
         while active:
             views = [self._view(infos[i], history[i], obs[i]) for i in active]
-            acts = agent.act(views)
+            if chat is None:
+                acts = agent.act(views)
+            else:
+                with clock.section("prompt"):
+                    for i, view in zip(active, views):
+                        conversation[i] = conversation[i] or agent.prompt_ids(view)
+                acts = agent.act(views, prompts=[conversation[i] for i in active])
             sent = [act.command or act.text.strip() for act in acts]
             with clock.section("env"):  # one round: every running env steps (in parallel with env workers)
                 results = self.step_envs(active, sent, [obs[i] for i in active], [infos[i] for i in active])
@@ -170,6 +179,8 @@ class Collector:
                 obs[i], infos[i] = nxt, info
                 if not (term or trunc):
                     still.append(i)
+            if chat is not None:
+                still = self._extend(agent, still, conversation, dict(zip(active, acts)), obs, infos, rows, clock)
             if on_done is not None and len(still) < len(active):
                 on_done(len(active) - len(still))
             active = still
@@ -183,6 +194,23 @@ class Collector:
             task = str(infos[i].get("task", ""))
             trajectories.append(Trajectory(gid, first_traj_id + i, seeds[group[i]], task, steps))
         return trajectories
+
+    @staticmethod
+    def _extend(agent, running, conversation, acts, obs, infos, rows, clock) -> list[int]:
+        """Chat context: each running env's conversation grows by its reply and its next observation
+        (agents/chat.py); one that would then leave no room for a reply within --max-context-tokens ends
+        here, truncated, with its last step marked. Returns the envs that go on."""
+        still, room = [], agent.max_context_tokens - agent.sampling.max_new_tokens
+        with clock.section("prompt"):
+            for i in running:
+                admissible = infos[i].get("admissible_commands")
+                conversation[i] = agent.chat.follow(acts[i].prompt_ids, acts[i].response_ids, len(rows[i]) + 1,
+                                                    obs[i], list(admissible) if admissible is not None else None)  # fmt: skip
+                if len(conversation[i]) > room:
+                    rows[i][-1].update(truncated=True, context_truncated=True)
+                else:
+                    still.append(i)
+        return still
 
     @staticmethod
     def _view(info: dict, history: list[tuple[str, str]], obs: str) -> View:

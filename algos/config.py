@@ -95,6 +95,9 @@ class LearnerConfig:
     num_minibatches: int = 4
     """Optimizer steps per epoch; the samples of an iteration are split evenly."""
     micro_batch_size: int = 64
+    micro_batch_tokens: int | None = None
+    """Also cap a micro-batch at this many padded tokens (rows x its longest row); unset: 8192 in the chat
+    context (episodes differ in length by whole turns), no cap in the window context; 0 = no cap."""
     max_grad_norm: float = 1.0
     target_kl: float = 0.0
     """Trust region: once a mini-batch's approx KL to the rollout policy (k3, measured before its step) exceeds
@@ -131,8 +134,9 @@ class LearnerConfig:
             raise ValueError(f"clip_ratio_c must be > 1 (got {self.clip_ratio_c}); leave it unset to turn dual clip off")
         for name in ("ppo_epochs", "num_minibatches", "micro_batch_size"):
             at_least(name, getattr(self, name), 1)
-        if self.min_update_samples is not None:
-            at_least("min_update_samples", self.min_update_samples, 0)
+        for name in ("min_update_samples", "micro_batch_tokens"):
+            if getattr(self, name) is not None:
+                at_least(name, getattr(self, name), 0)
         for name in ("beta", "entropy_coef", "max_bad_updates", "target_kl", "weight_decay", "warmup_steps"):
             at_least(name, getattr(self, name), 0)
         if not self.max_grad_norm > 0:  # NaN fails too

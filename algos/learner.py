@@ -38,9 +38,18 @@ import torch
 from agents.generation import SamplingConfig
 from agents.model import autocast
 from algos.config import KL_ESTIMATORS, LOSS_TYPES, Config, LearnerConfig
-from algos.distributed import SINGLE, World, aligned_chunks, all_sum, gather
+from algos.distributed import SINGLE, World, aligned_chunks, all_max, all_sum, gather
 from algos.logprobs import Sample, batch_order, collate, response_logprobs
 from algos.stats import Stats
+
+
+def turn_sums(x: torch.Tensor, mask: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
+    """Per turn (an episode's reply; `turn` [B, R] numbers them across the batch, -1 off the mask): the sum
+    of x over its trained tokens, spread back to each of them ([B, R]; 0 off the mask)."""
+    index = turn.clamp(min=0).flatten()
+    sums = torch.zeros(int(turn.max()) + 1 if turn.numel() else 0, dtype=x.dtype, device=x.device)
+    sums = sums.index_add(0, index, (x * mask).flatten())
+    return sums[index].view_as(x) * mask
 
 
 def rollout_is_weights(
@@ -50,6 +59,7 @@ def rollout_is_weights(
     level: str,
     mode: str,
     cap: float,
+    turn: torch.Tensor | None = None,  # [B, R]: episodes' turns (a "sequence" is one reply); None: rows
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Importance weights pi_trainer / pi_rollout that correct for the engine sampling from a
     slightly different policy: per token, or one per sequence (product over its tokens);
@@ -57,7 +67,7 @@ def rollout_is_weights(
     Returns weights [B, R] (0 on padding) and stats of the ratios before truncation."""
     log_w = (trainer_logp - rollout_logp) * mask
     if level == "sequence":
-        log_w = log_w.sum(-1, keepdim=True).expand_as(log_w)
+        log_w = turn_sums(log_w, mask, turn) if turn is not None else log_w.sum(-1, keepdim=True).expand_as(log_w)
     elif level != "token":
         raise ValueError(f"unknown rollout_is level {level!r}; choose token or sequence")
     raw = torch.exp(log_w.clamp(max=30.0))  # a product of many tokens can overflow
@@ -95,7 +105,7 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3"
 def ppo_token_loss(
     logp: torch.Tensor,  # [B, R]
     old_logp: torch.Tensor,  # [B, R]
-    adv: torch.Tensor,  # [B]
+    adv: torch.Tensor,  # [B], or [B, R] (an advantage per token: episodes)
     epsilon: float,
     epsilon_high: float,
     ref_logp: torch.Tensor | None = None,
@@ -105,6 +115,7 @@ def ppo_token_loss(
     importance: str = "token",
     clip_ratio_c: float | None = None,
     kl_estimator: str = "k3",
+    turn: torch.Tensor | None = None,  # [B, R]: episodes' turns (a "sequence" is one reply); None: rows
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token PPO-clip loss (+ beta * KL to the reference) and per-token diagnostics.
 
@@ -112,13 +123,17 @@ def ppo_token_loss(
     with each token's gradient flowing through its own logp. clip_ratio_c is dual-clip PPO:
     for negative advantages the loss is capped at -c * A, so a huge ratio cannot blow up.
     """
-    a = adv[:, None]
+    a = adv[:, None] if adv.dim() == 1 else adv
     log_ratio = logp - old_logp  # [B, R]
     if importance == "sequence":
         if mask is None:
             raise ValueError("importance='sequence' needs the response mask")
-        seq = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [B]
-        log_ratio = seq.detach()[:, None] + logp - logp.detach()  # value: the sequence's; gradient: the token's
+        if turn is not None:  # one ratio per reply of an episode
+            seq = turn_sums(log_ratio.detach(), mask, turn) / turn_sums(torch.ones_like(mask), mask, turn).clamp(min=1)
+            log_ratio = seq + logp - logp.detach()
+        else:
+            seq = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [B]
+            log_ratio = seq.detach()[:, None] + logp - logp.detach()  # value: the sequence's; gradient: the token's
     elif importance != "token":
         raise ValueError(f"unknown importance level {importance!r}; choose token or sequence")
     ratio = torch.exp(log_ratio)
@@ -147,13 +162,18 @@ def aggregate(
     num_seqs: int,
     num_tokens: int,
     max_new_tokens: int,
+    turn: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """This micro-batch's share of the mini-batch loss (normalisers are mini-batch wide)."""
+    """This micro-batch's share of the mini-batch loss (normalisers are mini-batch wide). A sequence
+    is one reply: a row, or with `turn` ([B, R], episodes) one turn of an episode, so that an episode's
+    replies weigh what the same replies weigh as step samples."""
     masked = token_loss * mask
     if loss_type == "dapo":
         return masked.sum() / max(num_tokens, 1)
     if loss_type == "dr_grpo":
         return masked.sum() / (num_seqs * max_new_tokens)
+    if loss_type == "grpo" and turn is not None:
+        return (masked / turn_sums(torch.ones_like(mask), mask, turn).clamp(min=1)).sum() / num_seqs
     if loss_type == "grpo":
         return (masked.sum(-1) / mask.sum(-1).clamp(min=1)).sum() / num_seqs
     raise ValueError(f"unknown loss_type {loss_type!r}; choose one of {LOSS_TYPES}")
@@ -224,7 +244,7 @@ class Learner:
         if self.rollout_is != "off" and n_global:
             samples, is_stats = self._recompute_old_logprobs(samples)
             stats.absorb(is_stats)
-        steps, stopped, backward_tokens = 0, False, 0
+        steps, stopped, backward_tokens, forward_tokens = 0, False, 0, 0
         for _ in range(cfg.ppo_epochs):
             order = list(range(len(samples)))
             self.rng.shuffle(order)
@@ -235,12 +255,15 @@ class Learner:
                 mini = [samples[i] for i in order[mb::n_mb]]
                 loss, step_stats, stopped = self._step(mini)
                 steps += not stopped
-                backward_tokens += sum(len(s.response_ids) for s in mini)
+                backward_tokens += sum(s.trained_tokens for s in mini)
+                forward_tokens += sum(len(s.prompt_ids) + len(s.response_ids) for s in mini)
                 stats.add("train/loss", loss)
                 stats.absorb(step_stats)
         stats.add("train/optimizer_steps", float(steps))
         # response tokens that went through a forward and backward pass, all ranks and epochs (the work done)
         stats.add("train/backward_tokens", float(all_sum([backward_tokens], self.world)[0]))
+        # prompt + response tokens of those samples (before shared prompts are run once): what the learner reads
+        stats.add("train/forward_tokens", float(all_sum([forward_tokens], self.world)[0]))
         stats.add("train/early_stopped", float(stopped))  # the KL target ended the epochs before the last planned step
         out = merge_ranks(gather(stats, self.world))  # one rank: its own values
         # With beta == 0 no reference model exists; train/kl then measures the drift from
@@ -254,15 +277,14 @@ class Learner:
         cfg = self.cfg
         out, stats = [], Stats()
         with torch.no_grad():
-            for chunk in aligned_chunks(samples, cfg.micro_batch_size, self.world):
+            for chunk in self._chunks(samples):
                 batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
                 with autocast(self.device, cfg.autocast):
                     logp, _ = response_logprobs(self.model, batch, self.temperature, vocab=self.vocab)
                 if chunk is None:  # this rank has run out: the pass only keeps the collectives in step
                     continue
-                w, st = rollout_is_weights(
-                    logp, batch["old"], batch["mask"], self.rollout_is, cfg.rollout_is_mode, cfg.rollout_is_cap
-                )
+                w, st = rollout_is_weights(logp, batch["old"], batch["mask"], self.rollout_is, cfg.rollout_is_mode,
+                                           cfg.rollout_is_cap, batch.get("turn"))  # fmt: skip
                 tokens = float(batch["mask"].sum())
                 for k, v in st.items():
                     stats.add(k, v, tokens)
@@ -270,6 +292,25 @@ class Learner:
                     n = len(s.response_ids)
                     out.append(replace(s, old_logprobs=logp[row, -n:].tolist(), is_weights=w[row, -n:].tolist()))
         return out, stats
+
+    def _chunks(self, samples: list[Sample]) -> list[list[Sample] | None]:
+        """Micro-batches, the same count on every rank: micro_batch_size samples each, and with
+        micro_batch_tokens at most that many padded tokens (rows x the longest row) too: episodes differ
+        in length far more than steps do. The samples come sorted by length (batch_order)."""
+        tokens = self.cfg.micro_batch_tokens
+        if not tokens:
+            return aligned_chunks(samples, self.cfg.micro_batch_size, self.world)
+        chunks: list[list[Sample]] = []
+        longest = 0
+        for s in samples:
+            size = len(s.prompt_ids) + len(s.response_ids)
+            if chunks and len(chunks[-1]) < self.cfg.micro_batch_size and max(longest, size) * (len(chunks[-1]) + 1) <= tokens:
+                chunks[-1].append(s)
+                longest = max(longest, size)
+            else:
+                chunks.append([s])
+                longest = size
+        return chunks + [None] * (all_max(len(chunks), self.world) - len(chunks))
 
     @property
     def _dummy(self) -> Sample:
@@ -297,8 +338,8 @@ class Learner:
         early stop: the policy has moved far enough for this batch)."""
         cfg = self.cfg
         # Normalisers of the whole (global) mini-batch; x world size because ranks average gradients.
-        num_seqs, num_tokens = (int(v) for v in all_sum([len(mini), sum(len(s.response_ids) for s in mini)],
-                                                          self.world))  # fmt: skip
+        num_seqs, num_tokens = (int(v) for v in all_sum([sum(s.turns for s in mini),
+                                                          sum(s.trained_tokens for s in mini)], self.world))  # fmt: skip
         scale = float(self.world.size)
         mini = batch_order(mini, self.share)
         self.optimizer.zero_grad(set_to_none=True)
@@ -306,7 +347,7 @@ class Learner:
         acc = {k: [0.0, 0.0] for k in ("ratio", "clipped", "clipped_low", "clipped_high", "dual_clipped",
                                        "approx_kl", "kl", "entropy")}  # fmt: skip
         ratio_max = 0.0
-        chunks = aligned_chunks(mini, cfg.micro_batch_size, self.world)
+        chunks = self._chunks(mini)
         for n, chunk in enumerate(chunks):
             batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
             with self._accumulation(last=n == len(chunks) - 1):
@@ -317,12 +358,13 @@ class Learner:
                 tok_loss, info = ppo_token_loss(
                     logp, batch["old"], batch["adv"], cfg.epsilon, cfg.epsilon_high, ref, cfg.beta,
                     mask=batch["mask"], importance=cfg.importance_sampling_level,
-                    clip_ratio_c=cfg.clip_ratio_c, kl_estimator=cfg.kl_estimator,
+                    clip_ratio_c=cfg.clip_ratio_c, kl_estimator=cfg.kl_estimator, turn=batch.get("turn"),
                 )  # fmt: skip
                 if cfg.entropy_coef > 0:
                     tok_loss = tok_loss - cfg.entropy_coef * entropy
                 tok_loss = tok_loss * batch["w"]  # rollout-correction weights (1 unless rollout_is is on)
-                loss = aggregate(tok_loss, batch["mask"], cfg.loss_type, num_seqs, num_tokens, self.max_new_tokens)
+                loss = aggregate(tok_loss, batch["mask"], cfg.loss_type, num_seqs, num_tokens, self.max_new_tokens,
+                                 batch.get("turn"))  # fmt: skip
                 (loss * (scale if chunk is not None else 0.0)).backward()
             if chunk is None:  # a dummy pass: no samples, no statistics
                 continue
@@ -359,9 +401,9 @@ class Learner:
         the same batch and trains on its slice of it, against the whole batch's token count."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        num_tokens = sum(len(s.response_ids) for s in samples)
+        num_tokens = sum(s.trained_tokens for s in samples)
         mine = samples[self.world.rank :: self.world.size]
-        chunks = aligned_chunks(mine, self.cfg.micro_batch_size, self.world)
+        chunks = self._chunks(mine)
         total = 0.0
         for n, chunk in enumerate(chunks):
             batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)

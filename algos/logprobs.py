@@ -1,7 +1,8 @@
 """Samples, their batches, and the policy's logprobs of the response tokens.
 
 A `Sample` is one env step as the learner sees it: prompt ids, response ids, advantage, the
-rollout's logprobs. `collate` lays a list of them out as tensors with every response ending at
+rollout's logprobs; in the chat context one episode (`episode_sample`: a loss mask over its replies
+and an advantage per token, whose batches also carry each trained token's turn). `collate` lays a list of them out as tensors with every response ending at
 the last column; `response_logprobs` runs the model over a batch and returns log softmax(logits
 / T) of each response token (and the entropy), which the PPO loss, the KL reference, the
 rollout-correction weights and the weight-sync check all use.
@@ -29,11 +30,69 @@ from algos import lm_head
 
 @dataclass(frozen=True)
 class Sample:
+    """One training sequence: an env step (window context), or a whole episode (chat context), whose
+    `response_ids` are every reply and observation turn after the first prompt, with `mask` 1 on the
+    sampled reply tokens only and one advantage per token (each reply its step's)."""
+
     prompt_ids: list[int]
     response_ids: list[int]
-    advantage: float
+    advantage: float | list[float]  # one for the whole response, or one per response token
     old_logprobs: list[float]
     is_weights: list[float] | None = None  # rollout-correction weights per token (None = 1)
+    mask: list[int] | None = None  # response tokens trained on (None: all of them)
+
+    @property
+    def trained_tokens(self) -> int:
+        return len(self.response_ids) if self.mask is None else sum(self.mask)
+
+    @property
+    def turns(self) -> int:
+        """Replies in the response: 1, or an episode's runs of trained tokens (the learner's "sequences")."""
+        if self.mask is None:
+            return 1 if self.response_ids else 0
+        return sum(m and not prev for prev, m in zip([0, *self.mask], self.mask))
+
+
+def episode_sample(steps: list, advantages: list[float], trained: list[bool] | None = None) -> Sample:
+    """One trajectory of the chat context as one sequence: its first prompt, then each reply (trained on,
+    at that step's advantage and rollout logprobs; with `trained`, only the replies it marks) and the
+    observation turn that followed it (context only). Each step's prompt must extend the previous step's
+    prompt and reply exactly: a conversation is never re-tokenized (agents/chat.py), so anything else
+    is a bug, raised here."""
+    prompt = list(steps[0].prompt_ids)
+    ids: list[int] = []
+    adv: list[float] = []
+    old: list[float] = []
+    mask: list[int] = []
+    for k, (step, a) in enumerate(zip(steps, advantages, strict=True)):
+        sofar = prompt + ids
+        if step.prompt_ids[: len(sofar)] != sofar:
+            raise RuntimeError(f"trajectory {step.traj_id}: step {k}'s prompt does not extend the conversation "
+                               "before it (token drift)")  # fmt: skip
+        turn = step.prompt_ids[len(sofar) :]  # the observation turn before this reply (none for the first)
+        n = len(step.response_ids)
+        ids += turn + list(step.response_ids)
+        mask += [0] * len(turn) + [int(trained is None or trained[k])] * n
+        adv += [0.0] * len(turn) + [float(a)] * n
+        old += [0.0] * len(turn) + list(step.rollout_logprobs)
+    return Sample(prompt, ids, adv, old, mask=mask)
+
+
+def training_samples(trajs: list, adv, mine: set[int], chat: bool) -> list[Sample]:
+    """The samples of the trajectories whose group is in `mine`, `adv` holding one advantage per step of
+    all of them in order: one sample per step (window context), or per trajectory (chat context)."""
+    out: list[Sample] = []
+    start = 0
+    for traj in trajs:
+        end = start + len(traj.steps)
+        if traj.group_id in mine and traj.steps:
+            advantages = [float(a) for a in adv[start:end]]
+            if chat:
+                out.append(episode_sample(traj.steps, advantages))
+            else:
+                out += [Sample(s.prompt_ids, s.response_ids, a, s.rollout_logprobs) for s, a in zip(traj.steps, advantages)]
+        start = end
+    return out
 
 
 def _left_pad(rows: list[list[int]], width: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,8 +120,26 @@ def collate(samples: list[Sample], pad_id: int, device, share_prompts: bool = Fa
             old[row, resp - n :] = torch.tensor(s.old_logprobs, dtype=torch.float)
             if s.is_weights is not None:
                 weights[row, resp - n :] = torch.tensor(s.is_weights, dtype=torch.float)
-    adv = torch.tensor([s.advantage for s in samples], dtype=torch.float)
-    batch = dict(targets=targets, mask=mask, old=old, adv=adv, w=weights)
+    if any(s.mask is not None for s in samples):  # episodes: a loss mask, an advantage and a turn per token
+        adv = torch.zeros((len(samples), resp))
+        turn = torch.full((len(samples), resp), -1, dtype=torch.long)
+        turns = 0
+        for row, s in enumerate(samples):
+            n = len(s.response_ids)
+            if not n:
+                continue
+            values = s.advantage if isinstance(s.advantage, list) else [s.advantage] * n
+            adv[row, resp - n :] = torch.tensor(values, dtype=torch.float)
+            keep = s.mask if s.mask is not None else [1] * n
+            mask[row, resp - n :] *= torch.tensor(keep, dtype=torch.float)
+            for j, m in enumerate(keep):
+                if m:
+                    turns += j == 0 or not keep[j - 1]
+                    turn[row, resp - n + j] = turns - 1
+        batch = dict(targets=targets, mask=mask, old=old, adv=adv, w=weights, turn=turn)
+    else:
+        adv = torch.tensor([s.advantage for s in samples], dtype=torch.float)
+        batch = dict(targets=targets, mask=mask, old=old, adv=adv, w=weights)
     distinct: dict[tuple[int, ...], int] = {}
     if share_prompts and all(len(s.prompt_ids) >= 2 for s in samples):
         index = [distinct.setdefault(tuple(s.prompt_ids[:-1]), len(distinct)) for s in samples]
@@ -96,6 +173,12 @@ def response_logprobs(
     resp = batch["targets"].shape[1]
     vocab = vocab or None  # 0, like None: every row
     chunked = lm_head.applies(model)
+    # Episodes: only the response columns where some row has a trained token go through the head (an
+    # episode's observation turns are context); the others come back as 0, which the mask drops.
+    cols = batch["mask"].any(0).nonzero()[:, 0] if "turn" in batch else None
+    if cols is not None and len(cols) == resp:
+        cols = None
+    targets = batch["targets"] if cols is None else batch["targets"][:, cols]
 
     def head(targets, temperature=1.0):  # the chunked head for one forward, or the model's own
         if not chunked:
@@ -112,26 +195,36 @@ def response_logprobs(
         cache = prefix.past_key_values
         cache.reorder_cache(batch["index"])  # [U, ...] -> [B, ...], differentiable
         attn = torch.cat([prefix_attn[batch["index"]], batch["suffix_attn"]], 1)  # [B, P + R]
-        with head(batch["targets"], temperature):
+        with head(targets, temperature):
             out = model(input_ids=batch["suffix_ids"], attention_mask=attn,
                         position_ids=(attn.cumsum(-1) - 1).clamp(min=0)[:, -resp:], past_key_values=cache,
-                        use_cache=True)  # fmt: skip
-        scored = out.logits  # [B, R, ...]: column j predicts target j
+                        use_cache=True, **({} if cols is None else {"logits_to_keep": cols}))  # fmt: skip
+        scored = out.logits  # [B, R or len(cols), ...]: column j predicts target j
     else:
         positions = (batch["attn"].cumsum(-1) - 1).clamp(min=0)
         width = batch["ids"].shape[1]
         # Only the positions that predict a response token go through the head (not the prompt's).
         keep = torch.arange(width - resp - 1, width - 1, device=batch["ids"].device)
-        with head(batch["targets"], temperature):
+        keep = keep if cols is None else keep[cols]
+        with head(targets, temperature):
             out = model(input_ids=batch["ids"], attention_mask=batch["attn"], position_ids=positions,
                         logits_to_keep=keep)  # fmt: skip
         scored = out.logits  # [B, R, ...]
     if chunked:
-        return scored[..., 0], scored[..., 1] if with_entropy else None
-    logp_all = torch.log_softmax(scored[..., :vocab].float() / temperature, -1)  # [B, R, V]
-    logp = logp_all.gather(-1, batch["targets"][..., None])[..., 0]
-    entropy = None
-    if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
+        logp, entropy = scored[..., 0], scored[..., 1] if with_entropy else None
+    else:
+        logp_all = torch.log_softmax(scored[..., :vocab].float() / temperature, -1)  # [B, R, V]
+        logp = logp_all.gather(-1, targets[..., None])[..., 0]
+        entropy = None
+        if with_entropy:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                entropy = -(logp_all.exp() * logp_all).sum(-1)
+    if cols is not None:  # back to every response column
+        logp = _spread(logp, cols, resp)
+        entropy = _spread(entropy, cols, resp) if entropy is not None else None
     return logp, entropy
+
+
+def _spread(values: torch.Tensor, cols: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, K] values of columns `cols` as [B, width], 0 elsewhere (differentiable)."""
+    return values.new_zeros(values.shape[0], width).index_copy(1, cols, values)

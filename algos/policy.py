@@ -76,7 +76,8 @@ def build_policy(cfg: Config, world: distributed.World = distributed.SINGLE, dev
         backend = VLLMBackend(served, eos, cfg.engine, on_gpu=device.startswith("cuda"), seed=cfg.seed + world.rank,
                               vocab=vocab, dtype=cfg.dtype, trust_remote_code=cfg.trust_remote_code,
                               max_model_len=cfg.engine.vllm_max_model_len,
-                              external_launcher=world.enabled, lora_rank=lora_rank)  # fmt: skip
+                              external_launcher=world.enabled, lora_rank=lora_rank,
+                              prefix_caching=sampling.context == "chat")  # fmt: skip
         if served != path:
             backend.sync(policy)
     else:
@@ -88,5 +89,9 @@ def build_policy(cfg: Config, world: distributed.World = distributed.SINGLE, dev
     except ValueError as e:
         raise ConfigError(f"{cfg.env}: {e}") from e
     prompts = PromptBuilder(sampling.memory, template=template, action_format=action_format)
-    agent = LLMAgent(tokenizer, backend, prompts, sampling.sampling(), sampling.max_prompt_tokens)
+    try:
+        agent = LLMAgent(tokenizer, backend, prompts, sampling.sampling(), sampling.max_prompt_tokens, sampling.context,
+                         sampling.max_context_tokens)  # fmt: skip
+    except ValueError as e:  # --context chat with a template that rewrites earlier turns
+        raise ConfigError(str(e)) from e
     return policy, tokenizer, agent

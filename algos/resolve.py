@@ -14,8 +14,10 @@ records it (a resumed run reads the resolved values back and resolves nothing ag
     rollout_is          token where rollouts and learner round differently (a vLLM engine, or
                         bf16 autocast), else off
     min_update_samples  group_size: one group's worth of informative samples
+    micro_batch_tokens  CHAT_MICRO_BATCH_TOKENS in the chat context, else 0 (no cap)
     lora_alpha          2 x lora_rank (with LoRA)
-    vllm_max_model_len  max_prompt_tokens + max_new_tokens
+    max_context_tokens  (chat context) at most the model's max_position_embeddings, with a note
+    vllm_max_model_len  max_prompt_tokens + max_new_tokens (chat context: max_context_tokens)
     sync_tolerance      by dtype (algos/weight_sync.py TOLERANCE: float32 1e-3, bf16 0.25, fp16 0.1)
 """
 
@@ -25,12 +27,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agents.model import parameter_count, precision, resolve_model
+from agents.model import parameter_count, positions, precision, resolve_model
 from algos import distributed
 from algos.config import DEFAULT_SFT_STEPS, Config
 from algos.run_dir import TRAINER_STATE
 from algos.sft import has_expert
 from algos.weight_sync import tolerance_for
+from envs.base import note_once
+
+CHAT_MICRO_BATCH_TOKENS = 8192  # a micro-batch of episodes: about 8 of 1k tokens, or 2 of 4k
 
 
 def resolve(cfg: Config, world: distributed.World, device: str) -> Config:
@@ -51,11 +56,22 @@ def resolve(cfg: Config, world: distributed.World, device: str) -> Config:
         # float32 HF rollouts match the learner (1 + 2e-5)
         rollout_is = "token" if cfg.engine.backend == "vllm" or autocast == "bf16" else "off"
     min_update = cfg.data.group_size if cfg.learner.min_update_samples is None else cfg.learner.min_update_samples
-    learner = replace(cfg.learner, autocast=autocast, rollout_is=rollout_is, min_update_samples=min_update)
+    tokens = cfg.learner.micro_batch_tokens
+    if tokens is None:
+        tokens = CHAT_MICRO_BATCH_TOKENS if cfg.sampling.context == "chat" else 0
+    learner = replace(cfg.learner, autocast=autocast, rollout_is=rollout_is, min_update_samples=min_update,
+                      micro_batch_tokens=tokens)  # fmt: skip
     scale = cfg.scaling
     scaling = replace(scale, lora_alpha=scale.lora_alpha or 2.0 * scale.lora_rank)
     engine, sampling = cfg.engine, cfg.sampling
-    engine = replace(engine, vllm_max_model_len=engine.vllm_max_model_len or sampling.max_prompt_tokens + sampling.max_new_tokens,
+    if sampling.context == "chat":
+        limit = positions(resolve_model(cfg.model), cfg.trust_remote_code)
+        if limit and sampling.max_context_tokens > limit:
+            note_once(f"--max-context-tokens {sampling.max_context_tokens} is more than the model's {limit} positions: "
+                      f"conversations end at {limit} tokens")  # fmt: skip
+            sampling = replace(sampling, max_context_tokens=limit)
+    longest = sampling.max_context_tokens if sampling.context == "chat" else sampling.max_prompt_tokens + sampling.max_new_tokens
+    engine = replace(engine, vllm_max_model_len=engine.vllm_max_model_len or longest,
                      sync_tolerance=tolerance_for(cfg.dtype, engine.sync_tolerance))  # fmt: skip
     return replace(cfg, output_dir=distributed.broadcast(output_dir, world), sft=replace(cfg.sft, sft_steps=sft_steps),
-                   learner=learner, scaling=scaling, engine=engine)  # fmt: skip
+                   learner=learner, scaling=scaling, engine=engine, sampling=sampling)  # fmt: skip

@@ -21,28 +21,37 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "rollout/prompt_tokens": float(np.mean([len(s.prompt_ids) for s in steps])),
         "rollout/steps": float(len(steps)),
         "rollout/env_errors": float(sum(s.env_error for s in steps)),
+        "rollout/context_truncated": float(sum(s.context_truncated for s in steps)),  # episodes (chat context)
     }
 
 
-def transcript(traj: Trajectory, advantages: dict[tuple[int, int], float] | None = None, decode=None) -> dict:
+def transcript(traj: Trajectory, advantages: dict[tuple[int, int], float] | None = None, decode=None,
+               chat: bool = False) -> dict:  # fmt: skip
     """One episode as a JSON-able record: per step the prompt the model saw (`decode`: token
-    ids -> text), the response, the action sent, the reward and the advantage."""
+    ids -> text), the response, the action sent, the reward and the advantage. `chat`: the episode
+    is one conversation, recorded once (`conversation`: its text, the last prompt and reply) instead
+    of a prompt per step."""
     rows = []
     for s in traj.steps:
         row = dict(t=s.t, observation=s.observation, response=s.response, action=s.action,
                    status=s.parse_status, valid=s.action_valid, reward=s.reward)  # fmt: skip
-        if decode is not None:
+        if decode is not None and not chat:
             row["prompt"] = decode(s.prompt_ids)
         if s.answer is not None:
             row["answer"] = s.answer
         if advantages is not None:
             row["advantage"] = advantages.get((s.traj_id, s.t))
         rows.append(row)
-    return dict(group=traj.group_id, seed=traj.seed, task=traj.task, won=traj.won, steps=rows)
+    record = dict(group=traj.group_id, seed=traj.seed, task=traj.task, won=traj.won, steps=rows)
+    if chat and decode is not None and traj.steps:
+        record["conversation"] = decode(traj.steps[-1].prompt_ids + traj.steps[-1].response_ids)
+    return record
 
 
 def transcript_markdown(record: dict) -> str:
     lines = [f"**task** {record['task']}  **seed** {record['seed']}  **won** {record['won']}", ""]
+    if record.get("conversation") is not None:
+        lines += [*("    " + line for line in record["conversation"].splitlines()), ""]
     for r in record["steps"]:
         adv = f" adv={r['advantage']:+.3f}" if r.get("advantage") is not None else ""
         if r.get("prompt") is not None:  # indented: markdown shows it verbatim

@@ -37,13 +37,13 @@ from tqdm import tqdm
 from agents.agent import LLMAgent
 from agents.model import load_model, resolve_model
 from algos import checkpoint, distributed
-from algos.advantages import NEGLIGIBLE, compute_advantages, informative
+from algos.advantages import compute_advantages, informative, informative_sample
 from algos.collector import Collector, Step, Trajectory
 from algos.config import Config, ConfigError, env_kwargs, flat
 from algos.data import DataLayer, task_sampler
 from algos.evaluation import held_out_seeds, play, summarize
 from algos.learner import Learner
-from algos.logprobs import Sample
+from algos.logprobs import Sample, training_samples
 from algos.policy import build_policy
 from algos.resolve import resolve
 from algos.rollout_stats import rollout_metrics, transcript, transcript_markdown
@@ -127,7 +127,7 @@ class LoopState:
 
     def to_dict(self, world) -> dict:
         """Every rank's held samples as plain lists, gathered (rank 0 writes them all)."""
-        rows = [[s.prompt_ids, s.response_ids, s.advantage, s.old_logprobs, s.is_weights] for s in self.held]
+        rows = [[s.prompt_ids, s.response_ids, s.advantage, s.old_logprobs, s.is_weights, s.mask] for s in self.held]
         return {"env_steps": self.env_steps, "bad_updates": self.bad_updates, "held_out": self.held_out,
                 "held": distributed.gather(rows, world), "failed_rewards": self.failed_rewards}  # fmt: skip
 
@@ -322,10 +322,8 @@ class Run:
         cfg, held = self.cfg, self.loop.held
         if not batch.steps:
             return Update(False, held, {"train/update_skipped": 1.0, "train/held_samples": float(len(held))})
-        samples = held + [Sample(s.prompt_ids, s.response_ids, float(a), s.rollout_logprobs)
-                          for s, a in zip(batch.steps, adv) if s.group_id in batch.mine]  # fmt: skip
-        # a NaN advantage counts: the learner then skips its non-finite step (max_bad_updates)
-        useful = distributed.all_sum([sum(not abs(x.advantage) <= NEGLIGIBLE for x in samples)], self.world)[0]
+        samples = held + training_samples(batch.kept, adv, batch.mine, cfg.sampling.context == "chat")
+        useful = distributed.all_sum([sum(informative_sample(x) for x in samples)], self.world)[0]
         if useful < max(cfg.learner.min_update_samples, 1):  # too little to learn from: hold it or drop it
             held = samples if cfg.learner.short_batch == "accumulate" else []
             return Update(False, held, {"train/update_skipped": 1.0, "train/held_samples": float(len(held))})
@@ -357,7 +355,7 @@ class Run:
             if cfg.log.transcript_every and it % cfg.log.transcript_every == 0:
                 by_step = {(s.traj_id, s.t): float(a) for s, a in zip(batch.steps, adv)}
                 for traj in (batch.kept or batch.collected)[: cfg.log.transcripts]:  # none kept: no advantages
-                    record = transcript(traj, by_step, self.tokenizer.decode)
+                    record = transcript(traj, by_step, self.tokenizer.decode, cfg.sampling.context == "chat")
                     self.dir.log_transcript(it, record, transcript_markdown(record))
         now = time.perf_counter()
         spent = self.clock.lap()

@@ -12,6 +12,7 @@ expert's): the model then also sees how to recover from states the expert never 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -22,7 +23,7 @@ from algos.collector import Collector
 from algos.config import Config, ConfigError, env_kwargs
 from algos.distributed import SINGLE
 from algos.learner import Learner
-from algos.logprobs import Sample
+from algos.logprobs import Sample, episode_sample
 from envs.base import HELD_OUT_SEED, note_once
 from envs.workers import WorkerConfig
 
@@ -31,38 +32,69 @@ def expert_demos(
     agent: LLMAgent, env_id: str, seeds: list[int], noise: float, rng: random.Random, env_kwargs: dict | None = None,
     workers: WorkerConfig | None = None,
 ):
-    """(prompt ids, target ids) for every step of expert-labelled episodes. The env runs behind the
-    collector's guards: a step that fails or hangs ends that demonstration, not the warm-up."""
-    tok = agent.tokenizer
+    """(prompt ids, target ids) for every step of expert-labelled episodes; in the chat context one
+    sample per episode, the conversation as the agent would have had it (the reply actually sent, a
+    noisy step's too), trained on the expert's replies only (a noisy step's is context). The env runs
+    behind the collector's guards: a step that fails or hangs ends that demonstration, not the warm-up."""
     guarded = Collector(env_id, 1, 1, env_kwargs, workers)
     demos: list[Sample] = []
+    longest = 0
     for seed in seeds:
         obs, info = guarded.reset_env(0, seed)
         history: list[tuple[str, str]] = []
+        turns: list[tuple[list[int], list[int], bool]] = []  # chat: (conversation so far, reply sent, expert's)
         while info.get("expert_action") is not None:
             label = info["expert_action"]
             adm = info.get("admissible_commands")
             view = View(info["task"], tuple(history), obs, tuple(adm) if adm is not None else None)
-            try:
-                reply = agent.reply(label)
-            except ValueError as e:  # an env tool set that cannot express its own expert's command
-                raise ConfigError(f"{env_id}: SFT warm-up: {e}") from e
-            target = tok(reply, add_special_tokens=False)["input_ids"]
-            target = target + [tok.eos_token_id]
-            demos.append(Sample(agent.prompt_ids(view), target, 0.0, [0.0] * len(target)))
+            target = reply_ids(agent, label, env_id)
+            longest = max(longest, len(target))
             action = rng.choice(adm) if adm and rng.random() < noise else label
+            if agent.chat is None:
+                demos.append(Sample(agent.prompt_ids(view), target, 0.0, [0.0] * len(target)))
+            else:
+                prompt = agent.chat.follow(*turns[-1][:2], len(history) + 1, obs, list(adm) if adm is not None else None) \
+                    if turns else agent.prompt_ids(view)  # fmt: skip
+                if turns and len(prompt) + agent.sampling.max_new_tokens > agent.max_context_tokens:
+                    break  # where a rollout would end truncated
+                turns.append((prompt, target if action == label else reply_ids(agent, action, env_id), action == label))
             history.append((obs, action))
             obs, _, term, trunc, info = guarded.step_env(0, action, obs, info)
             if term or trunc:
                 break
+        if turns and any(expert for *_, expert in turns):
+            steps = [Demo(prompt, reply) for prompt, reply, _ in turns]
+            demos.append(episode_sample(steps, [1.0] * len(steps), [expert for *_, expert in turns]))
     guarded.close()
     if not demos:
         raise ConfigError(f"{env_id} gives no info['expert_action']; pass --sft-steps 0 to train without warm-up")
-    longest = max(len(d.response_ids) for d in demos)
     if longest > agent.sampling.max_new_tokens:  # tool calls take more tokens than an action tag
         note_once(f"the warm-up's replies take up to {longest} tokens but --max-new-tokens is "
                   f"{agent.sampling.max_new_tokens}: longer replies will be cut off (no complete action)")  # fmt: skip
     return demos
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One step of a demonstration conversation, as `episode_sample` reads a step."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    traj_id: int = -1
+
+    @property
+    def rollout_logprobs(self) -> list[float]:
+        return [0.0] * len(self.response_ids)
+
+
+def reply_ids(agent: LLMAgent, command: str, env_id: str) -> list[int]:
+    """The token ids of the reply that sends `command` in the agent's format, then EOS."""
+    try:
+        reply = agent.reply(command)
+    except ValueError as e:  # an env tool set that cannot express its own expert's command
+        raise ConfigError(f"{env_id}: SFT warm-up: {e}") from e
+    tok = agent.tokenizer
+    return tok(reply, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
 
 
 def warm_up_from_config(cfg: Config, agent: LLMAgent, model, vocab: int, world=SINGLE) -> tuple[list[Sample], list[float]]:
@@ -80,11 +112,26 @@ def warm_up(learner: Learner, demos: list[Sample], steps: int, batch_size: int, 
     rng = random.Random(seed)
     losses = []
     bar = tqdm(range(steps), desc="warm-up (SFT)", leave=False, dynamic_ncols=True)
+    episodes = demos[0].mask is not None  # chat: a batch is the episodes that hold batch_size replies
     for _ in bar:
-        loss = learner.sft_step(rng.sample(demos, min(batch_size, len(demos))))
+        batch = rng.sample(demos, min(batch_size, len(demos))) if not episodes else replies(demos, batch_size, rng)
+        loss = learner.sft_step(batch)
         losses.append(loss)
         bar.set_postfix(loss=f"{loss:.3f}")
     return losses
+
+
+def replies(episodes: list[Sample], count: int, rng: random.Random) -> list[Sample]:
+    """Episodes drawn without replacement until they hold `count` trained replies (or all are drawn):
+    a chat-context warm-up step trains on as many replies as a window-context one."""
+    order = rng.sample(episodes, len(episodes))
+    batch, held = [], 0
+    for episode in order:
+        if held >= count:
+            break
+        batch.append(episode)
+        held += episode.turns
+    return batch
 
 
 def has_expert(cfg) -> bool:

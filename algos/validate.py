@@ -163,11 +163,12 @@ def check_engine(cfg: Config, on_gpu: bool) -> None:
         return
     if not on_gpu and (engine.vllm_sleep or engine.vllm_tensor_parallel_size > 1):
         raise ConfigError("--vllm-sleep and --vllm-tensor-parallel-size > 1 need a GPU (the CPU engine has neither)")
-    if 0 < engine.vllm_max_model_len < sampling.max_prompt_tokens + sampling.max_new_tokens:
-        raise ConfigError(
-            f"vllm_max_model_len {engine.vllm_max_model_len} < max_prompt_tokens + max_new_tokens "
-            f"({sampling.max_prompt_tokens + sampling.max_new_tokens}); raise it or set it to 0 (auto)"
-        )
+    chat = sampling.context == "chat"
+    longest, what = ((sampling.max_context_tokens, "max_context_tokens") if chat else
+                     (sampling.max_prompt_tokens + sampling.max_new_tokens, "max_prompt_tokens + max_new_tokens"))  # fmt: skip
+    if 0 < engine.vllm_max_model_len < longest:
+        raise ConfigError(f"vllm_max_model_len {engine.vllm_max_model_len} < {what} ({longest}); raise it or set it "
+                          "to 0 (auto)")  # fmt: skip
     if engine.vllm_lora_sync == "adapter" and not cfg.scaling.lora_rank:
         raise ConfigError("--vllm-lora-sync adapter needs --lora-rank > 0 (without LoRA a sync sends full weights)")
     from agents.vllm_backend import vllm_available

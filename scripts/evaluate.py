@@ -47,6 +47,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--action-format", default="", choices=["", "tag", "tool_call", "json"],
                    help="how the model writes its action; default: the checkpoint's (tag)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="reply length cap; default: the checkpoint's")
+    p.add_argument("--context", default="", choices=["", "window", "chat"],
+                   help="prompts from a memory window or the episode as one conversation; default: the checkpoint's")
     p.add_argument("--baselines", nargs="*", default=[], choices=BASELINES)
     p.add_argument("--base-model", default="", help="the `base` baseline's model (default: the config's model)")
     p.add_argument("--backend", default="", choices=["", "hf", "vllm"], help="default: the checkpoint's")
@@ -112,6 +114,8 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
         options["action_format"] = args.action_format
     if args.max_new_tokens is not None:
         options["max_new_tokens"] = args.max_new_tokens
+    if args.context:
+        options["context"] = args.context
     if args.greedy or args.temperature is not None:
         options["temperature"] = 0.0 if args.greedy else args.temperature
     cfg = from_flat(options, cfg)

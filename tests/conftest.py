@@ -28,9 +28,10 @@ if _WORKERS > 1:
         sys.modules["torch"].set_num_threads(_threads)
 
 
-# The longest files, longest first (seconds in a --junitxml run, 2026-12-04: 361, 233, 222, 114, 104, 99, 83).
+# The longest files, longest first (seconds in a --junitxml run, 2026-12-04: 361, 233, 222, then test_chat.py,
+# about 200 alone, then 114, 104, 99, 83).
 # Scheduling only: a stale list costs balance, never a result.
-LONGEST = ("test_smollm2.py", "test_bench_smoke.py", "test_vllm.py", "test_real_vocab.py", "test_train.py",
+LONGEST = ("test_smollm2.py", "test_bench_smoke.py", "test_vllm.py", "test_chat.py", "test_real_vocab.py", "test_train.py",
            "test_bad_inputs.py", "test_workers.py")  # fmt: skip
 
 
