@@ -69,8 +69,13 @@ class HFBackend:
     """Batched sampling with a KV cache over a `transformers` causal LM."""
 
     def __init__(self, model, eos_ids: list[int], pad_id: int, batch_size: int = 64, seed: int = 0,
-                 precision: str = "off", vocab: int = 0):  # fmt: skip
+                 precision: str = "off", vocab: int = 0, reuse_prefixes: bool = False):  # fmt: skip
+        """`reuse_prefixes` (the chat context): keep each prompt's KV cache, with its reply, from one
+        `generate` to the next, so that a prompt extending a kept one runs only its new tokens
+        (`prefill`); dropped when the weights change (`release`, `sync`)."""
         self.model, self.precision = model, precision
+        self.reuse_prefixes = reuse_prefixes
+        self.kept: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}  # tokens -> per-layer K, V
         self.vocab = vocab or None  # tokens a sample may take: ids >= len(tokenizer) are padded rows
         self.eos_ids = torch.tensor(sorted(set(eos_ids)))
         self.pad_id = pad_id
@@ -81,12 +86,14 @@ class HFBackend:
     def sync(self, model) -> None:
         """Nothing to do when this backend samples from the trained model itself; otherwise (the
         trained model is FSDP-sharded) copy its gathered full weights into the sampling copy."""
+        self.kept = {}  # computed with the old weights
         if model is self.model or getattr(model, "module", None) is self.model:
             return
         self.model.load_state_dict(full_state_dict(model))
 
     def release(self) -> None:
-        """Nothing to free between rollouts and updates."""
+        """Before an update: the kept prefixes' KV caches go (the weights are about to change in place)."""
+        self.kept = {}
 
     def close(self) -> None:
         """Nothing to shut down."""
@@ -97,17 +104,24 @@ class HFBackend:
         logps: list[list[float]] = [[] for _ in prompts]
         was_training = self.model.training
         self.model.eval()
+        kept: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
         for chunk in self.batches(prompts):
             with autocast(self.device, self.precision):  # as the learner computes them
-                out_ids, out_lp = self._generate_batch([prompts[i] for i in chunk], sampling)
+                out_ids, out_lp = self._generate_batch([prompts[i] for i in chunk], sampling, kept)
             for i, r, lp in zip(chunk, out_ids, out_lp):
                 ids[i], logps[i] = r, lp
+        self.kept = kept  # this call's conversations, each at its newest turn
         self.model.train(was_training)
         return ids, logps
 
-    def _generate_batch(self, prompts: list[list[int]], sampling: Sampling):
+    def _generate_batch(self, prompts: list[list[int]], sampling: Sampling, kept: dict):
         batch = len(prompts)
-        logits, cache, mask, step_pos = self.prefill(prompts)
+        hits = [self._kept_prefix(p) for p in prompts] if self.reuse_prefixes and self.kept else []
+        if any(hits):
+            logits, cache, mask, step_pos = self.prefill_from(prompts, hits)
+        else:
+            logits, cache, mask, step_pos = self.prefill(prompts)
+        width = mask.shape[1]  # the prompt part of the mask; decoded tokens come after it
         eos = self.eos_ids.to(self.device)
         done = torch.zeros(batch, dtype=torch.bool, device=self.device)
         tokens, logprobs = [], []
@@ -127,7 +141,59 @@ class HFBackend:
             n = next((j for j, t in enumerate(tok[row]) if t == -1), len(tok[row]))
             out_ids.append(tok[row][:n])
             out_lp.append(lp[row][:n])
+        if self.reuse_prefixes:
+            self._keep(prompts, out_ids, cache, mask, width, kept)
         return out_ids, out_lp
+
+    def _kept_prefix(self, prompt: list[int]) -> tuple[int, ...] | None:
+        """The longest kept token sequence that `prompt` extends (strictly), or None."""
+        best = None
+        for key in self.kept:
+            if len(key) < len(prompt) and (best is None or len(key) > len(best)) and prompt[: len(key)] == list(key):
+                best = key
+        return best
+
+    def _keep(self, prompts, responses, cache, mask: torch.Tensor, width: int, kept: dict) -> None:
+        """Each row's KV cache over its prompt and the reply tokens that went through the model (all but
+        the last sampled one, or all of them when the row finished before the others), without padding."""
+        if not all(type(layer).__name__ == "DynamicLayer" for layer in cache.layers):
+            self.reuse_prefixes = False  # sliding-window or hybrid caches: not reused
+            return
+        decoded = mask.shape[1] - width  # decode steps run: the tokens fed after the prompts
+        for row, (prompt, response) in enumerate(zip(prompts, responses)):
+            fed = min(len(response), decoded)
+            cols = torch.cat([mask[row, :width].nonzero()[:, 0], torch.arange(width, width + fed, device=mask.device)])
+            kept[tuple(prompt) + tuple(response[:fed])] = [(layer.keys[row][:, cols], layer.values[row][:, cols])
+                                                           for layer in cache.layers]  # fmt: skip
+
+    def prefill_from(self, prompts: list[list[int]], hits: list[tuple[int, ...] | None]):
+        """`prefill` for prompts that extend kept ones: the kept KV rows, right-aligned (padding before
+        them), then only each prompt's new tokens through the model, left-padded after them."""
+        lengths = [len(h) if h else 0 for h in hits]
+        past = max(lengths)
+        layers = len(next(self.kept[h] for h in hits if h))
+        sample_k, sample_v = next(self.kept[h] for h in hits if h)[0]
+        keys, values = [], []
+        for layer in range(layers):
+            k = sample_k.new_zeros((len(prompts), sample_k.shape[0], past, sample_k.shape[2]))
+            v = sample_v.new_zeros((len(prompts), sample_v.shape[0], past, sample_v.shape[2]))
+            for row, h in enumerate(hits):
+                if h:
+                    k[row, :, past - lengths[row] :], v[row, :, past - lengths[row] :] = self.kept[h][layer]
+            keys.append(k)
+            values.append(v)
+        past_mask = torch.zeros((len(prompts), past), dtype=torch.long, device=self.device)
+        for row, n in enumerate(lengths):
+            past_mask[row, past - n :] = 1
+        suffix_ids, suffix_mask, _ = left_pad([p[n:] for p, n in zip(prompts, lengths)], self.pad_id, self.device)
+        positions = (suffix_mask.cumsum(-1) - 1).clamp(min=0) + torch.tensor(lengths, device=self.device)[:, None]
+        mask = torch.cat([past_mask, suffix_mask], 1)
+        from transformers import DynamicCache
+
+        cache = DynamicCache(ddp_cache_data=list(zip(keys, values)))
+        out = self.model(input_ids=suffix_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         use_cache=True, logits_to_keep=1)  # fmt: skip
+        return out.logits[:, -1, : self.vocab].float(), out.past_key_values, mask, positions[:, -1:]
 
     def batches(self, prompts: list[list[int]]) -> list[list[int]]:
         """Indices of the prompts in generation batches: by length (little padding), `batch_size` each."""

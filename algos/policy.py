@@ -82,7 +82,8 @@ def build_policy(cfg: Config, world: distributed.World = distributed.SINGLE, dev
             backend.sync(policy)
     else:
         backend = HFBackend(sampler_model, eos, tokenizer.pad_token_id, sampling.generation_batch_size,
-                            cfg.seed + world.rank, cfg.learner.autocast, vocab)  # fmt: skip
+                            cfg.seed + world.rank, cfg.learner.autocast, vocab,
+                            reuse_prefixes=sampling.context == "chat")  # fmt: skip
     template = prompt_template(cfg.env) if sampling.prompt_template == "auto" else sampling.prompt_template
     try:
         action_format = ActionFormat.for_env(sampling.action_format, env_metadata(cfg.env))

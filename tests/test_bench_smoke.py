@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_data, bench_learning, bench_memory, bench_rewards, bench_textworld
+from benchmarks import bench_context, bench_data, bench_learning, bench_memory, bench_rewards, bench_textworld
 
 ROOT = Path(__file__).resolve().parents[1]
 # A few groups of two, short responses: one iteration in seconds, not a minute.
@@ -186,3 +186,24 @@ def test_bench_learning_end_to_end_on_a_cut_preset(tmp_path, tiny_path, monkeypa
     assert all(f"| keydoor | KeyDoor-v0 | {algo} | 1 |" in table for algo in bench_learning.ALGOS)
     assert table.strip() in capsys.readouterr().out
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+# ---- bench_context -------------------------------------------------------------------
+@pytest.mark.slow
+def test_bench_context_every_variant_and_a_rerun_keeps_the_finished_runs(tmp_path, tiny_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    small = ["--env", "KeyDoor-Easy-v0", *SMALL_RUN, *SHORT_EPISODES, "--sft-steps", "4", "--sft-episodes", "4",
+             "--min-update-samples", "0"]  # fmt: skip
+    monkeypatch.setattr(bench_context, "ENVS", {"keydoor": small})
+    assert bench_context.main(["--iterations", "1", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert list(summary["keydoor"]) == list(bench_context.VARIANTS)
+    for s in summary["keydoor"].values():
+        assert s["iterations"] == 1 and s["read_per_trained"] > 1 and s["learner_tokens_per_episode"] > 0
+        assert all(math.isfinite(v) and v >= 0 for v in s.values())
+    table = capsys.readouterr().out
+    assert all(f"| keydoor | {v} |" in table for v in bench_context.VARIANTS)
+    logs = {p: p.stat().st_mtime for p in tmp_path.glob("*.log")}
+    assert bench_context.main(["--iterations", "1", "--out", str(tmp_path)]) == 0  # everything kept: nothing reruns
+    assert {p: p.stat().st_mtime for p in tmp_path.glob("*.log")} == logs
+

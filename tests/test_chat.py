@@ -305,7 +305,8 @@ def test_lora_and_torchrun_train_in_chat(tmp_path):
 
 
 @pytest.mark.slow
-def test_vllm_chat_run_with_prefix_caching_passes_the_sync_check(tmp_path):
+@pytest.mark.parametrize("action_format", ["tag", "tool_call"])
+def test_vllm_chat_run_with_prefix_caching_passes_the_sync_check(tmp_path, action_format):
     import subprocess
     import sys
 
@@ -314,7 +315,8 @@ def test_vllm_chat_run_with_prefix_caching_passes_the_sync_check(tmp_path):
 
     out = tmp_path / "vllm"
     proc = subprocess.run([sys.executable, "-m", "algos.train", *CHAT_RUN, "--backend", "vllm", "--vllm-kv-cache-gib",
-                           "0.25", "--eval-episodes", "0", "--output-dir", str(out)], capture_output=True, text=True,
+                           "0.25", "--eval-episodes", "0", "--action-format", action_format, "--output-dir", str(out)],
+                          capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     synced = [r for r in rows(out) if "sync/logprob_diff_max" in r]
@@ -352,3 +354,39 @@ def test_the_head_runs_only_where_an_episode_trains_and_gives_the_same_logprobs(
     assert torch.allclose(ours[0], theirs[0], atol=1e-6) and torch.allclose(ours[1], theirs[1], atol=1e-5)
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
     model.zero_grad()
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_hf_reuses_each_conversations_kv_cache_and_samples_what_a_full_prefill_samples(tiny, temperature):
+    """Three turns of four conversations (two with equal first prompts): each later turn's prompt extends the
+    last prompt and reply, so only its new tokens run; replies and logprobs are those of prefilling it all."""
+    from agents.backend import HFBackend
+    from agents.generation import Sampling
+
+    model, tokenizer = tiny
+    eos = [tokenizer.eos_token_id]
+    sampling = Sampling(temperature=temperature, max_new_tokens=6)
+    reusing, plain = (HFBackend(model, eos, tokenizer.pad_token_id, seed=3, reuse_prefixes=r) for r in (True, False))
+    first = [tokenizer(f"<|im_start|>user\nroom {k % 2}<|im_end|>\n<|im_start|>assistant\n")["input_ids"] for k in range(4)]
+    prompts = [list(p) for p in first]
+    calls, delta = [], []
+    model.forward, real = (lambda *a, **kw: calls.append(kw["input_ids"].shape) or real(*a, **kw)), model.forward
+    try:
+        for turn in range(3):
+            calls.clear()
+            ours = reusing.generate(prompts, sampling)
+            ran = calls[0][1]  # the prefill's width: kept prefixes are not run again
+            theirs = plain.generate(prompts, sampling)
+            assert ours[0] == theirs[0]  # the same tokens (the same seed, the same distributions)
+            for a, b in zip(ours[1], theirs[1]):
+                assert a == pytest.approx(b, abs=1e-5)
+            if turn:  # at most the last reply's final token (never run) and the new turn
+                assert ran <= 1 + len(delta) < min(map(len, prompts))
+            delta = tokenizer(f"<|im_end|>\n<|im_start|>user\nturn {turn}<|im_end|>\n<|im_start|>assistant\n")["input_ids"]
+            prompts = [p + r + delta for p, r in zip(prompts, ours[0])]
+            # one kept cache per distinct conversation (equal greedy ones share it), each a prefix of its next prompt
+            assert 1 < len(reusing.kept) <= 4 and all(any(q[: len(k)] == list(k) for q in prompts) for k in reusing.kept)
+    finally:
+        model.forward = real
+    reusing.release()
+    assert reusing.kept == {}
