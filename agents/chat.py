@@ -41,6 +41,11 @@ class ChatFormat:
         eos = tokenizer.eos_token_id
         self.eos_text = tokenizer.decode([eos]) if eos is not None else None
         self._check()
+        # the probe conversation each delta is rendered after, its text, and the closing of its reply
+        self._history = [{"role": "system", "content": "CHAT_PROBE_SYSTEM"}, {"role": "user", "content": USER_PROBE},
+                         {"role": "assistant", "content": REPLY_PROBE}]  # fmt: skip
+        before = self._render(self._history, False)
+        self._answered = before, before[before.rindex(REPLY_PROBE) + len(REPLY_PROBE) :]
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
@@ -83,11 +88,8 @@ class ChatFormat:
     def delta(self, reply: list[int], content: str) -> list[int]:
         """What follows a reply: the rest of the template's closing of the assistant turn (less the EOS the
         reply ended on), then one more `observation_role` message and the generation prompt."""
-        system = {"role": "system", "content": "CHAT_PROBE_SYSTEM"}
-        history = [system, {"role": "user", "content": USER_PROBE}, {"role": "assistant", "content": REPLY_PROBE}]
-        before = self._render(history, False)
-        after = self._render([*history, {"role": self.role, "content": content}], True)
-        closing = before[before.rindex(REPLY_PROBE) + len(REPLY_PROBE) :]
+        before, closing = self._answered
+        after = self._render([*self._history, {"role": self.role, "content": content}], True)
         if reply and reply[-1] == self.tokenizer.eos_token_id and self.eos_text and closing.startswith(self.eos_text):
             closing = closing[len(self.eos_text) :]  # the reply stopped on it: it is already in the ids
         return self._encode(closing + after[len(before) :])
