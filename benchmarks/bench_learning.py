@@ -85,6 +85,7 @@ class Preset:
 
 
 REPO = Path(__file__).resolve().parent.parent
+COIN5 = ("--env-kwargs", "level", "5", "num_games", "32", "num_held_out", "32")  # coin collector level 5, 32 games
 PRESETS = {
     # The default job's config: ~1,300 env steps per iteration (dynamic sampling adds groups), 18 s
     # per iteration alone on 2 cores (README), SFT warm-up ~45 s. Measured with --jobs 2 (one thread
@@ -137,11 +138,27 @@ PRESETS = {
     "coin5-solved": Preset(
         "TextWorld-CoinCollector-v0",
         "configs/textworld_coin.yaml",
-        ("--env-kwargs", "level", "5", "num_games", "32", "num_held_out", "32"),
+        COIN5,
         budget=2_600,
         eval_every=4,
         eval_episodes=32,
     ),
+    # Chat against window context (issue 33): GiGPO alone, each context with its own warm-up of the same
+    # settings (90 SFT steps on the same expert demonstrations, read as that context's prompts), the same
+    # seed, hyperparameters and env-step budget. The window arm with memory 1 is the default job's
+    # setting, so it shares the keydoor / coin5-solved warm-ups.
+    "keydoor-window": Preset("KeyDoor-v0", "configs/default.yaml", (), budget=13_000, eval_every=2,
+                             eval_episodes=64, algos=("gigpo",), warm_from="keydoor"),  # fmt: skip
+    "keydoor-memory3": Preset("KeyDoor-v0", "configs/default.yaml", ("--memory", "3"), budget=13_000,
+                              eval_every=2, eval_episodes=64, algos=("gigpo",)),  # fmt: skip
+    "keydoor-chat": Preset("KeyDoor-v0", "configs/default.yaml", ("--context", "chat"), budget=13_000,
+                           eval_every=2, eval_episodes=64, algos=("gigpo",)),  # fmt: skip
+    "coin5-window": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml", COIN5, budget=2_600,
+                           eval_every=4, eval_episodes=32, algos=("gigpo",), warm_from="coin5-solved"),  # fmt: skip
+    "coin5-memory3": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml", (*COIN5, "--memory", "3"),
+                            budget=2_600, eval_every=4, eval_episodes=32, algos=("gigpo",)),  # fmt: skip
+    "coin5-chat": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml", (*COIN5, "--context", "chat"),
+                         budget=2_600, eval_every=4, eval_episodes=32, algos=("gigpo",)),  # fmt: skip
     # Sokoban level 1 (5x5, one box, optimal plans of 6-15 moves, 30-step limit): a short run, to show
     # the env trains end to end; one seed is a demonstration, not a comparison.
     "sokoban": Preset("Sokoban-v0", "configs/sokoban.yaml", (), budget=3_000, eval_every=2, eval_episodes=32),
@@ -156,6 +173,12 @@ COMPARISONS = (
     (("keydoor-hard", "grpo"), ("keydoor-hard-defaults", "grpo")),
     (("coin5-solved", "gigpo"), ("coin5-solved", "grpo")),
     (("sokoban", "gigpo"), ("sokoban", "grpo")),
+    (("keydoor-chat", "gigpo"), ("keydoor-window", "gigpo")),
+    (("keydoor-chat", "gigpo"), ("keydoor-memory3", "gigpo")),
+    (("keydoor-memory3", "gigpo"), ("keydoor-window", "gigpo")),
+    (("coin5-chat", "gigpo"), ("coin5-window", "gigpo")),
+    (("coin5-chat", "gigpo"), ("coin5-memory3", "gigpo")),
+    (("coin5-memory3", "gigpo"), ("coin5-window", "gigpo")),
 )
 # Two-sided 95 % quantiles of Student's t, by degrees of freedom (1-30); beyond, the normal's 1.96.
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
