@@ -31,6 +31,7 @@ hybrid sharding across nodes (a device mesh with a replicate dimension would add
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -95,7 +96,12 @@ def quiet_progress() -> None:
 
 
 def close() -> None:
+    """Leave the process group. The run's FSDP modules and optimizer, which hold gloo work on the group,
+    are freed first (their reference cycles collected now): left to the interpreter's teardown, after the
+    group is gone, they aborted a rank at exit ("terminate called without an active exception") in about
+    one torchrun launch in ten on CPU (torch 2.13, FSDP2 over gloo)."""
     if dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 
