@@ -24,10 +24,14 @@ success is measured every `eval_every` iterations on the same held-out episodes;
 evaluation at iteration 0 is the warm-up's score, the one after the budget the final score.
 
 Runs are `python -m algos.train` subprocesses, `--jobs` at a time, each with
-OMP_NUM_THREADS=1 (one core each); their output goes to a .log beside the run. A run
-whose metrics.jsonl holds its final evaluation is not run again, so an interrupted
-benchmark resumes where it stopped (an unfinished run starts over); --out remembers the
-settings it was made with and refuses others.
+OMP_NUM_THREADS=1 (one core each); their output goes to a .log beside the run. They live
+in <out>/<preset>/s<seed>/<algo> (the warm-up in <out>/<preset>/s<seed>/warm). The same
+command resumes a benchmark: a run whose metrics.jsonl holds its final evaluation is not
+run again, and a cut run continues from its newest checkpoint (`algos.train --resume`;
+each run checkpoints after every iteration and keeps the newest). A comparison larger
+than one sitting is finished by calling it again; `--summary` writes the summary from the
+runs finished so far and starts nothing. --out remembers the settings it was made with
+and refuses others.
 
 Writes <out>/summary.json, <out>/summary.md (the table, also printed) and <out>/curves.png.
 Definitions: final = the last evaluation; mean +- sample std over seeds (ddof=1, n/a for one
@@ -270,11 +274,20 @@ def warm_done(warm: Path) -> bool:
 
 def train_command(p: Preset, warm: Path, seed: int, algo: str, run: Path) -> list[str]:
     """One RL run; only `algo` differs between the two of a seed. --iterations = the budget, so the
-    env-step budget always ends the run (every iteration collects at least one step)."""
+    env-step budget always ends the run (every iteration collects at least one step). A checkpoint after
+    every iteration (the newest one kept), so that a cut run resumes where it stopped."""
     return [sys.executable, "-m", "algos.train", "--config", str(REPO / p.config), *p.flags, "--model", str(warm),
             "--sft-steps", "0", "--seed", str(seed), "--algo", algo, "--iterations", str(p.budget),
             "--max-env-steps", str(p.budget), "--eval-every", str(p.eval_every),
-            "--eval-episodes", str(p.eval_episodes), "--device", "cpu", "--output-dir", str(run)]  # fmt: skip
+            "--eval-episodes", str(p.eval_episodes), "--save-every", "1", "--keep-checkpoints", "1",
+            "--device", "cpu", "--output-dir", str(run)]  # fmt: skip
+
+
+def resumable(run: Path) -> bool:
+    """Whether a cut run left a checkpoint to continue from (iter_0, the warm start's, is written first)."""
+    from algos.run_dir import TRAINER_STATE
+
+    return (run / "config.yaml").is_file() and any((run / "checkpoints").glob(f"iter_*/{TRAINER_STATE}"))
 
 
 @dataclass
@@ -365,9 +378,11 @@ def plan(out: Path, presets: dict[str, Preset], seeds: list[int]) -> tuple[list[
                 run = base / algo
                 if is_finished(read_rows(run), p.budget):
                     continue
-                jobs.append(Job(f"{key}/s{seed}/{algo}", train_command(p, warm, seed, algo, run),
-                                base / f"{algo}.log", after=warm_name,
-                                before=lambda run=run: shutil.rmtree(run, ignore_errors=True)))  # fmt: skip
+                if resumable(run):  # `algos.train --resume`: the run's own config, from its newest intact checkpoint
+                    cmd, before = [sys.executable, "-m", "algos.train", "--resume", str(run)], None
+                else:
+                    cmd, before = train_command(p, warm, seed, algo, run), lambda run=run: shutil.rmtree(run, True)
+                jobs.append(Job(f"{key}/s{seed}/{algo}", cmd, base / f"{algo}.log", after=warm_name, before=before))
     return jobs, done
 
 
@@ -441,7 +456,7 @@ def compare(summary: dict) -> list[dict]:
     """COMPARISONS whose presets ran: per-seed final differences in points, mean +- std, 95 % interval."""
     out = []
     for (ka, aa), (kb, ab) in COMPARISONS:
-        if ka not in summary or kb not in summary:
+        if aa not in summary.get(ka, {}).get("algos", {}) or ab not in summary.get(kb, {}).get("algos", {}):
             continue
         diff = paired_differences(summary[ka]["algos"][aa]["final"], summary[kb]["algos"][ab]["final"])
         out.append({"a": f"{ka}/{aa}", "b": f"{kb}/{ab}", "env": summary[ka]["env"], "seeds": diff,
@@ -555,6 +570,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-episodes", type=int, help="override the presets' held-out episodes")
     p.add_argument("--sft-steps", type=int, help="override the warm-up's SFT steps (90)")
     p.add_argument("--warm-up-only", action="store_true", help="make the warm-up checkpoints, in this process")
+    p.add_argument("--summary", action="store_true",
+                   help="write the summary from the runs that have finished; start none")  # fmt: skip
     args = p.parse_args(argv)
     if args.budget_scale <= 0:
         p.error("--budget-scale must be > 0")
@@ -578,7 +595,9 @@ def main(argv: list[str] | None = None) -> int:
     jobs, done = plan(args.out, presets, args.seeds)
     failed = set()
     signal.signal(signal.SIGTERM, _interrupted)  # `kill` stops the training processes too, as Ctrl-C does
-    if jobs:
+    if jobs and args.summary:
+        print(f"{len(jobs)} jobs not done; the summary holds the finished runs only", file=sys.stderr)
+    elif jobs:
         prepare(presets)
         print(f"{len(jobs)} jobs, {args.jobs} at a time; {len(done)} warm-ups already there", file=sys.stderr)
         try:

@@ -181,3 +181,39 @@ def test_run_jobs_waits_for_dependencies_and_skips_after_a_failure(tmp_path: Pat
     assert done == {"w", "a", "b", "d"}
     text = marker.read_text()
     assert sorted(text) == ["a", "b", "d"] and text.index("a") < text.index("b")
+
+
+def test_a_cut_run_resumes_from_its_checkpoint_and_one_without_any_starts_over(tmp_path: Path):
+    from algos.run_dir import TRAINER_STATE
+
+    preset = Preset("KeyDoor-v0", "configs/default.yaml", (), budget=3000, eval_every=2, eval_episodes=64)
+    (tmp_path / "keydoor/s0/warm").mkdir(parents=True)
+    (tmp_path / "keydoor/s0/warm" / TRAINER_STATE).write_bytes(b"")
+    cut, fresh = tmp_path / "keydoor/s0/gigpo", tmp_path / "keydoor/s0/grpo"
+    (cut / "checkpoints/iter_4").mkdir(parents=True)
+    (cut / "checkpoints/iter_4" / TRAINER_STATE).write_bytes(b"")
+    (cut / "config.yaml").write_text("{}")
+    (fresh / "checkpoints/iter_0").mkdir(parents=True)  # cut while writing its first checkpoint: nothing to resume
+    (fresh / "config.yaml").write_text("{}")
+    jobs, _ = plan(tmp_path, {"keydoor": preset}, [0])
+    resume, start = jobs
+    assert resume.cmd[1:] == ["-m", "algos.train", "--resume", str(cut)] and resume.before is None
+    flag = {f: start.cmd[start.cmd.index(f) + 1] for f in ("--save-every", "--keep-checkpoints")}
+    assert flag == {"--save-every": "1", "--keep-checkpoints": "1"}
+    start.before()  # what a fresh start clears first
+    assert not fresh.exists() and cut.exists()
+
+
+def test_summary_only_starts_nothing_and_keeps_the_finished_runs(tmp_path: Path, capsys, monkeypatch):
+    import benchmarks.bench_learning as bench
+
+    monkeypatch.setattr(bench, "run_jobs", lambda *a: pytest.fail("--summary started a job"))
+    run = tmp_path / "keydoor/s1/gigpo"
+    run.mkdir(parents=True)
+    rows = _rows({0: 0.3, 2: 0.5, 3: 0.6}, 1000, 3, final=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    budget = ["--budget-scale", str(3000 / bench.PRESETS["keydoor"].budget)]
+    assert bench.main(["--envs", "keydoor", "--seeds", "0", "1", "--out", str(tmp_path), "--summary", *budget]) == 0
+    gigpo = json.loads((tmp_path / "summary.json").read_text())["presets"]["keydoor"]["algos"]["gigpo"]
+    assert gigpo["seeds"] == [1] and gigpo["final"] == {"1": 0.6}
+    assert "jobs not done; the summary holds the finished runs only" in capsys.readouterr().err
