@@ -19,7 +19,8 @@ this machine (so their times compare). Per variant, averaged over the RL iterati
 - iteration, generate and train seconds (`time/`).
 
 A run whose metrics.jsonl reaches the last iteration is kept and not run again, so an interrupted
-benchmark resumes where it stopped. Writes <out>/summary.json and prints the table (Markdown).
+benchmark resumes where it stopped. Writes <out>/summary.json (the runs of earlier calls kept, this
+call's replacing theirs) and prints the table (Markdown).
 Left out: held-out success after the same env-step budget (a learning comparison, several seeds).
 """
 
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("runs/bench_context"))
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, dict[str, dict[str, float]]] = {}
+    path = args.out / "summary.json"  # the runs of earlier calls stay in it; this call's replace theirs
+    summary: dict[str, dict[str, dict[str, float]]] = json.loads(path.read_text()) if path.is_file() else {}
     print("| env | context | read per trained token | learner tokens per episode | prompt tokens per step | "
           "episode length | iteration s | generate s | train s |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {env} | {variant} | {s['read_per_trained']:.1f} | {s['learner_tokens_per_episode']:,.0f} | "
                   f"{s['prompt_tokens_per_step']:.0f} | {s['episode_length']:.1f} | {s['iteration_s']:.1f} | "
                   f"{s['generate_s']:.1f} | {s['train_s']:.1f} |", flush=True)  # fmt: skip
-            (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+            path.write_text(json.dumps(summary, indent=1) + "\n")
     return 0
 
 

@@ -206,4 +206,7 @@ def test_bench_context_every_variant_and_a_rerun_keeps_the_finished_runs(tmp_pat
     logs = {p: p.stat().st_mtime for p in tmp_path.glob("*.log")}
     assert bench_context.main(["--iterations", "1", "--out", str(tmp_path)]) == 0  # everything kept: nothing reruns
     assert {p: p.stat().st_mtime for p in tmp_path.glob("*.log")} == logs
+    one = list(bench_context.VARIANTS)[0]  # a call for one variant keeps the others' rows in summary.json
+    assert bench_context.main(["--iterations", "1", "--variants", one, "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
 
