@@ -547,7 +547,8 @@ def plot(summary: dict, path: Path) -> None:
         ax.set_ylabel("held-out success (mean ± std over seeds)")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        if ax.get_legend_handles_labels()[0]:  # a preset with no finished run yet has no curve
+            ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
