@@ -368,6 +368,8 @@ def plan(out: Path, presets: dict[str, Preset], seeds: list[int]) -> tuple[list[
             base = out / key / f"s{seed}"
             warm_key = p.warm_from or key
             warm, warm_name = out / warm_key / f"s{seed}" / "warm", f"{warm_key}/s{seed}/warm"
+            if all(is_finished(read_rows(base / algo), p.budget) for algo in p.algos):
+                continue  # every run of this seed is finished: no warm-up needed (none is kept in git)
             if warm_done(warm):
                 done.add(warm_name)
             elif not any(j.name == warm_name for j in jobs):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -160,6 +161,10 @@ def test_plan_skips_what_is_done_and_the_algorithms_differ_only_in_algo(tmp_path
     (tmp_path / "keydoor/s0/gigpo/metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     jobs, done = plan(tmp_path, {"keydoor": preset}, [0])
     assert [j.name for j in jobs] == ["keydoor/s0/grpo"] and done == {"keydoor/s0/warm"}
+    (tmp_path / "keydoor/s0/grpo").mkdir()
+    (tmp_path / "keydoor/s0/grpo/metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shutil.rmtree(tmp_path / "keydoor/s0/warm")  # the warm-up is gone (runs/ is not in git), the runs' metrics kept
+    assert plan(tmp_path, {"keydoor": preset}, [0]) == ([], set())  # nothing to do: no warm-up made again
 
 
 def test_run_jobs_waits_for_dependencies_and_skips_after_a_failure(tmp_path: Path):
