@@ -368,7 +368,8 @@ def plan(out: Path, presets: dict[str, Preset], seeds: list[int]) -> tuple[list[
             base = out / key / f"s{seed}"
             warm_key = p.warm_from or key
             warm, warm_name = out / warm_key / f"s{seed}" / "warm", f"{warm_key}/s{seed}/warm"
-            if all(is_finished(read_rows(base / algo), p.budget) for algo in p.algos):
+            todo = [algo for algo in p.algos if not is_finished(read_rows(base / algo), p.budget)]
+            if not todo:
                 continue  # every run of this seed is finished: no warm-up needed (none is kept in git)
             if warm_done(warm):
                 done.add(warm_name)
@@ -376,10 +377,8 @@ def plan(out: Path, presets: dict[str, Preset], seeds: list[int]) -> tuple[list[
                 cmd = [sys.executable, "-m", "benchmarks.bench_learning", "--warm-up-only", "--envs", key,
                        "--seeds", str(seed), "--out", str(out), "--sft-steps", str(p.sft_steps)]  # fmt: skip
                 jobs.append(Job(warm_name, cmd, warm.parent / "warm.log"))
-            for algo in p.algos:
+            for algo in todo:
                 run = base / algo
-                if is_finished(read_rows(run), p.budget):
-                    continue
                 if resumable(run):  # `algos.train --resume`: the run's own config, from its newest intact checkpoint
                     cmd, before = [sys.executable, "-m", "algos.train", "--resume", str(run)], None
                 else:
