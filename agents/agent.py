@@ -72,13 +72,11 @@ class LLMAgent:
         """Chat-templated prompt; drops the oldest memory first if it grows too long. In the chat context,
         the first prompt of an episode (the collector extends it with `self.chat.follow`)."""
         if self.chat is not None:
-            admissible = list(view.admissible) if view.admissible is not None else None
-            return self.chat.first(view.task, view.observation, admissible)
+            return self.chat.first(view.task, view.observation, view.admissible)
         history = list(view.history)
         while True:
-            admissible = list(view.admissible) if view.admissible is not None else None
-            msgs = self.prompts.messages(view.task, history, view.observation, admissible, self.native_tools)
-            tools = {"tools": self.format.tools_for(admissible)} if self.native_tools else {}
+            msgs = self.prompts.messages(view.task, history, view.observation, view.admissible, self.native_tools)
+            tools = {"tools": self.format.tools_for(view.admissible)} if self.native_tools else {}
             text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **tools)
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             if len(ids) <= self.max_prompt_tokens or not history:
@@ -107,7 +105,6 @@ class LLMAgent:
         with self.stopwatch.section("parse"):
             for view, p, r, lp in zip(views, prompts, responses, logprobs):
                 text = self.tokenizer.decode(r, skip_special_tokens=True)
-                admissible = list(view.admissible) if view.admissible is not None else None
-                command, status = self.format.parse(text, admissible)
+                command, status = self.format.parse(text, view.admissible)
                 acts.append(Act(command, status, text, p, r, lp))
         return acts

@@ -147,9 +147,9 @@ class HFBackend:
 
     def _kept_prefix(self, prompt: list[int]) -> tuple[int, ...] | None:
         """The longest kept token sequence that `prompt` extends (strictly), or None."""
-        best = None
+        best, prompt = None, tuple(prompt)  # compared as tuples: no list made per key
         for key in self.kept:
-            if len(key) < len(prompt) and (best is None or len(key) > len(best)) and prompt[: len(key)] == list(key):
+            if len(key) < len(prompt) and (best is None or len(key) > len(best)) and prompt[: len(key)] == key:
                 best = key
         return best
 
@@ -171,10 +171,10 @@ class HFBackend:
         them), then only each prompt's new tokens through the model, left-padded after them."""
         lengths = [len(h) if h else 0 for h in hits]
         past = max(lengths)
-        layers = len(next(self.kept[h] for h in hits if h))
-        sample_k, sample_v = next(self.kept[h] for h in hits if h)[0]
+        first = next(self.kept[h] for h in hits if h)  # shapes (and dtype) of every kept layer
+        sample_k, sample_v = first[0]
         keys, values = [], []
-        for layer in range(layers):
+        for layer in range(len(first)):
             k = sample_k.new_zeros((len(prompts), sample_k.shape[0], past, sample_k.shape[2]))
             v = sample_v.new_zeros((len(prompts), sample_v.shape[0], past, sample_v.shape[2]))
             for row, h in enumerate(hits):

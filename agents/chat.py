@@ -22,6 +22,8 @@ problem).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agents.prompt import PromptBuilder
 from agents.templates import ASSISTANT, rewrites_history
 
@@ -72,16 +74,16 @@ class ChatFormat:
                              "added, so the tokens a reply was sampled from are not the ones it would be trained "
                              "on; use --context window (it rebuilds every prompt)")  # fmt: skip
 
-    def first(self, task: str, observation: str, admissible: list[str] | None) -> list[int]:
+    def first(self, task: str, observation: str, admissible: Sequence[str] | None) -> list[int]:
         """The first prompt: the system message and the first observation, with the generation prompt."""
         return self._encode(self._render(self.messages(task, observation, admissible), True))
 
-    def messages(self, task: str, observation: str, admissible: list[str] | None) -> list[dict]:
+    def messages(self, task: str, observation: str, admissible: Sequence[str] | None) -> list[dict]:
         native = bool(self.kwargs)
         return self.prompts.messages(task, [], observation, admissible, native, episode=True)
 
     def follow(self, ids: list[int], reply: list[int], step: int, observation: str,
-               admissible: list[str] | None) -> list[int]:  # fmt: skip
+               admissible: Sequence[str] | None) -> list[int]:  # fmt: skip
         """The conversation after `reply` (sampled from `ids`) and the observation of step `step` (1-based)."""
         return ids + reply + self.delta(reply, self.prompts.turn(step, observation, admissible))
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 
 OK = "ok"
 NO_ACTION_TAG = "no_action_tag"
@@ -56,7 +57,7 @@ def normalize(text: str) -> str:
 
 def parse_action(
     text: object,
-    admissible: list[str] | None = None,
+    admissible: Sequence[str] | None = None,
     *,
     action_format: str = "tag",
     tools: list[dict] | None = None,
@@ -82,7 +83,7 @@ def parse_action(
     return _admit(command, admissible, len(found))
 
 
-def _admit(command: str, admissible: list[str] | None, count: int = 1) -> tuple[str, str]:
+def _admit(command: str, admissible: Sequence[str] | None, count: int = 1) -> tuple[str, str]:
     if admissible is not None:
         by_norm = {normalize(c): c for c in admissible}
         if command not in by_norm:

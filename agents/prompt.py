@@ -19,6 +19,8 @@ of each system message; with a tool format and a chat template that does not ren
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agents.tools import ActionFormat
 
 TEMPLATES = ("default", "textworld", "answer")
@@ -66,7 +68,7 @@ class PromptBuilder:
         task: str,
         history: list[tuple[str, str]],
         observation: str,
-        admissible: list[str] | None,
+        admissible: Sequence[str] | None,
         native_tools: bool = False,
         episode: bool = False,
     ) -> list[dict[str, str]]:
@@ -93,7 +95,7 @@ class PromptBuilder:
             system += "\n" + fmt.tool_text(None if episode else admissible)
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
-    def turn(self, step: int, observation: str, admissible: list[str] | None) -> str:
+    def turn(self, step: int, observation: str, admissible: Sequence[str] | None) -> str:
         """What one observation turn of a conversation says (step is 1-based): the window prompt's
         current-observation part, with no history (the conversation holds it)."""
         if self.template == "textworld":

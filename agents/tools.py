@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agents.parser import ACT, TEMPLATE_FIELD, command_template, parse_action
@@ -31,7 +32,7 @@ ACTION_FORMATS = ("tag", "tool_call", "json")
 CALL_SHAPE = '{"name": <tool name>, "arguments": {<argument>: <value>, ...}}'
 
 
-def act_tool(admissible: list[str] | None) -> dict:
+def act_tool(admissible: Sequence[str] | None) -> dict:
     """The one tool derived from the admissible commands (any string when there is no list)."""
     command: dict = {"type": "string", "description": "the command to send"}
     if admissible is not None:
@@ -84,10 +85,10 @@ class ActionFormat:
         check_tools(tools, commands)
         return cls(name, tuple(tools), dict(commands or {}))
 
-    def tools_for(self, admissible: list[str] | None) -> list[dict]:
+    def tools_for(self, admissible: Sequence[str] | None) -> list[dict]:
         return list(self.tools) if self.tools is not None else [act_tool(admissible)]
 
-    def parse(self, text: object, admissible: list[str] | None) -> tuple[str, str]:
+    def parse(self, text: object, admissible: Sequence[str] | None) -> tuple[str, str]:
         tools = list(self.tools) if self.tools is not None else None
         return parse_action(text, admissible, action_format=self.name, tools=tools, commands=self.commands)
 
@@ -115,7 +116,7 @@ class ActionFormat:
         shape = f"<tool_call>{CALL_SHAPE}</tool_call>" if self.name == "tool_call" else f"one JSON object {CALL_SHAPE}"
         return f"one call of a tool below that sends the {what}, written {shape}"
 
-    def tool_text(self, admissible: list[str] | None) -> str:
+    def tool_text(self, admissible: Sequence[str] | None) -> str:
         """The tools as text, for templates that do not render `tools=` (and the json format)."""
         lines = [json.dumps(t, ensure_ascii=False) for t in self.tools_for(admissible)]
         example = self.reply(admissible[0]) if admissible and self._fits(admissible[0]) else None

@@ -203,9 +203,8 @@ class Collector:
         still, room = [], agent.max_context_tokens - agent.sampling.max_new_tokens
         with clock.section("prompt"):
             for i in running:
-                admissible = infos[i].get("admissible_commands")
                 conversation[i] = agent.chat.follow(acts[i].prompt_ids, acts[i].response_ids, len(rows[i]) + 1,
-                                                    obs[i], list(admissible) if admissible is not None else None)  # fmt: skip
+                                                    obs[i], infos[i].get("admissible_commands"))  # fmt: skip
                 if len(conversation[i]) > room:
                     rows[i][-1].update(truncated=True, context_truncated=True)
                 else:

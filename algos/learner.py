@@ -52,6 +52,11 @@ def turn_sums(x: torch.Tensor, mask: torch.Tensor, turn: torch.Tensor) -> torch.
     return sums[index].view_as(x) * mask
 
 
+def turn_lengths(mask: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
+    """Per trained token, the number of trained tokens in its turn (at least 1; [B, R])."""
+    return turn_sums(torch.ones_like(mask), mask, turn).clamp(min=1)
+
+
 def rollout_is_weights(
     trainer_logp: torch.Tensor,  # [B, R] the trainer's logprobs of the sampled tokens
     rollout_logp: torch.Tensor,  # [B, R] the generation engine's
@@ -129,7 +134,7 @@ def ppo_token_loss(
         if mask is None:
             raise ValueError("importance='sequence' needs the response mask")
         if turn is not None:  # one ratio per reply of an episode
-            seq = turn_sums(log_ratio.detach(), mask, turn) / turn_sums(torch.ones_like(mask), mask, turn).clamp(min=1)
+            seq = turn_sums(log_ratio.detach(), mask, turn) / turn_lengths(mask, turn)
             log_ratio = seq + logp - logp.detach()
         else:
             seq = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [B]
@@ -173,7 +178,7 @@ def aggregate(
     if loss_type == "dr_grpo":
         return masked.sum() / (num_seqs * max_new_tokens)
     if loss_type == "grpo" and turn is not None:
-        return (masked / turn_sums(torch.ones_like(mask), mask, turn).clamp(min=1)).sum() / num_seqs
+        return (masked / turn_lengths(mask, turn)).sum() / num_seqs
     if loss_type == "grpo":
         return (masked.sum(-1) / mask.sum(-1).clamp(min=1)).sum() / num_seqs
     raise ValueError(f"unknown loss_type {loss_type!r}; choose one of {LOSS_TYPES}")

@@ -53,7 +53,7 @@ def expert_demos(
             if agent.chat is None:
                 demos.append(Sample(agent.prompt_ids(view), target, 0.0, [0.0] * len(target)))
             else:
-                prompt = agent.chat.follow(*turns[-1][:2], len(history) + 1, obs, list(adm) if adm is not None else None) \
+                prompt = agent.chat.follow(*turns[-1][:2], len(history) + 1, obs, adm) \
                     if turns else agent.prompt_ids(view)  # fmt: skip
                 if turns and len(prompt) + agent.sampling.max_new_tokens > agent.max_context_tokens:
                     break  # where a rollout would end truncated
