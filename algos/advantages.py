@@ -301,21 +301,38 @@ def gigpo_advantages(
     `scale` applies to the episode term; the step term is always scaled within its anchor group.
     `penalties`: per-row amounts taken off each row's own episode score and step return (module
     docstring; needs the step baseline)."""
+    ep, step = gigpo_terms(rewards, traj_ids, group_ids, state_keys, gamma=gamma, norm=norm,
+                           episode_baseline=episode_baseline, scale=scale, penalties=penalties)  # fmt: skip
+    return (ep + omega * step).astype(np.float32)
+
+
+def gigpo_terms(
+    rewards: npt.ArrayLike,
+    traj_ids: npt.ArrayLike,
+    group_ids: npt.ArrayLike,
+    state_keys: Sequence[Hashable],
+    *,
+    gamma: float = AdvantageConfig.gamma,
+    norm: str = AdvantageConfig.norm,
+    episode_baseline: str = AdvantageConfig.episode_baseline,
+    scale: str = AdvantageConfig.scale,
+    penalties: npt.ArrayLike | None = None,
+) -> tuple[F64, F64]:
+    """GiGPO's two terms apart, float64 [N] each: (episode term, step term before omega)."""
     _check_options(norm, episode_baseline, gamma, scale)
     r = _as_1d("rewards", rewards, np.float64)
     tids, gids = _as_1d("traj_ids", traj_ids), _as_1d("group_ids", group_ids)
     n = _check_lengths(rewards=r, traj_ids=tids, group_ids=gids, state_keys=state_keys)
     p = _penalties(penalties, n, episode_baseline)
     if n == 0:
-        return np.zeros(0, dtype=np.float32)
+        return np.zeros(0), np.zeros(0)
     t_inv, g_inv, g_of_traj, n_groups = _traj_structure(tids, gids)
     ep = _episode_adv(r, t_inv, g_inv, g_of_traj, n_groups, norm, episode_baseline, scale, p)  # [N]
     step_ret = _discounted(r, t_inv, gamma)  # [N]
     if p is not None:
         step_ret = step_ret - p
     a_inv, n_anchor = _anchor_codes(gids, state_keys)  # [N]
-    step = _normalize(step_ret, a_inv, n_anchor, norm, "group")  # [N], always within the anchor group
-    return (ep + omega * step).astype(np.float32)
+    return ep, _normalize(step_ret, a_inv, n_anchor, norm, "group")  # the step term always within its anchor group
 
 
 def similarity_keys(group_ids: npt.ArrayLike, texts: Sequence[str], threshold: float = AdvantageConfig.similarity_threshold) -> I64:
@@ -366,8 +383,11 @@ def compute_advantages(algo: str, cfg: AdvantageConfig, steps: Sequence[Step]) -
     else:
         keys = [s.state_key for s in steps]
     common = dict(norm=cfg.norm, episode_baseline=cfg.episode_baseline, scale=cfg.scale, **placed)
+    split = {}
     if algo == "gigpo":
-        adv = gigpo_advantages(rewards, traj_ids, group_ids, keys, gamma=cfg.gamma, omega=cfg.omega, **common)
+        ep, step = gigpo_terms(rewards, traj_ids, group_ids, keys, gamma=cfg.gamma, **common)
+        adv = (ep + cfg.omega * step).astype(np.float32)
+        split = step_signal(ep, cfg.omega * step)
     elif algo == "rloo":
         adv = rloo_advantages(rewards, traj_ids, group_ids)
     else:
@@ -379,8 +399,20 @@ def compute_advantages(algo: str, cfg: AdvantageConfig, steps: Sequence[Step]) -
         "adv/mean": float(adv.mean()),
         "adv/std": float(adv.std()),
         "adv/abs_max": float(np.abs(adv).max()),
+        **split,
     }
     return adv, stats
+
+
+def step_signal(episode: F64, step: F64) -> dict[str, float]:
+    """How much of a GiGPO batch's advantage comes from the step term (`step`: already times omega):
+    its share of the summed magnitudes, sum|step| / (sum|episode| + sum|step|) (0 for an all-zero
+    batch), and the fraction of rows where it is not 0 (rows whose anchor group saw different returns)."""
+    e, s = float(np.abs(episode).sum()), float(np.abs(step).sum())
+    return {
+        "gigpo/step_share": s / (e + s) if e + s > 0 else 0.0,
+        "gigpo/step_nonzero_frac": float((np.abs(step) > 1e-9).mean()) if len(step) else 0.0,
+    }
 
 
 def informative(algo: str, cfg: AdvantageConfig, group: Sequence[Trajectory]) -> bool:

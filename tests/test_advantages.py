@@ -14,9 +14,11 @@ from algos.advantages import (
     anchor_group_sizes,
     discounted_returns,
     gigpo_advantages,
+    gigpo_terms,
     grpo_advantages,
     rloo_advantages,
     similarity_keys,
+    step_signal,
 )
 
 
@@ -137,6 +139,17 @@ def test_gigpo_omega_scaling() -> None:
         base = grpo_advantages(RA, TA, GA, norm=norm)
         out = gigpo_advantages(RA, TA, GA, KA, gamma=0.5, omega=0.0, norm=norm)
         np.testing.assert_array_equal(out, base)
+
+
+def test_step_signal_hand_computed() -> None:
+    # norm=mean: episode term -0.5 x 4, +0.5 x 2 (sum of magnitudes 3); step term 0.375 on the two rows
+    # of anchor b (0.75), 0 elsewhere. Share 0.75 / 3.75 = 0.2; with omega 2: 1.5 / 4.5 = 1/3.
+    ep, step = gigpo_terms(RA, TA, GA, KA, gamma=0.5, norm="mean")
+    close(ep, [-0.5] * 4 + [0.5] * 2)
+    close(step, [0.0, -0.375, 0.0, 0.0, 0.375, 0.0])
+    assert step_signal(ep, step) == pytest.approx({"gigpo/step_share": 0.2, "gigpo/step_nonzero_frac": 1 / 3})
+    assert step_signal(ep, 2 * step)["gigpo/step_share"] == pytest.approx(1 / 3)
+    assert step_signal(np.zeros(3), np.zeros(3)) == {"gigpo/step_share": 0.0, "gigpo/step_nonzero_frac": 0.0}
 
 
 def test_singleton_anchors_have_zero_step_advantage() -> None:

@@ -166,6 +166,18 @@ def test_an_all_won_group_with_two_route_lengths_is_informative_under_gigpo_only
     np.testing.assert_allclose(first, [0.935376] * 4 + [-0.935376] * 4, atol=1e-6)
 
 
+def test_the_step_signal_of_a_group_won_by_two_routes() -> None:
+    """Every episode won: the episode term is 0, so all the signal is the step term's (share 1). It is not
+    0 only at the shared start `a` (8 of the 28 rows), whose returns differ by route; b, d and e each lie
+    on one route, and c ends both with the win, so their anchor groups see equal returns."""
+    group = won_by_two_routes()
+    _, stats = compute_advantages("gigpo", parse_config(["--algo", "gigpo"]).advantages, [s for t in group for s in t.steps])
+    assert stats["gigpo/step_share"] == pytest.approx(1.0)
+    assert stats["gigpo/step_nonzero_frac"] == pytest.approx(8 / 28)
+    _, grpo = compute_advantages("grpo", parse_config(["--algo", "grpo"]).advantages, [s for t in group for s in t.steps])
+    assert "gigpo/step_share" not in grpo
+
+
 def test_equal_returns_and_equal_routes_are_uninformative_under_both() -> None:
     group = won_by_two_routes()[:4]  # the same 3-step route four times
     for algo in ("gigpo", "grpo"):
