@@ -79,6 +79,8 @@ class Preset:
     eval_every: int
     """Held-out evaluation every N iterations (and after warm-up and at the end)."""
     eval_episodes: int
+    iterations: int = 0
+    """With it, a run also ends after this many iterations (--iterations); 0: the budget alone ends it."""
     sft_steps: int = 90
     """The warm-up's supervised steps (the trainer's default from a fresh model)."""
     algos: tuple[str, ...] = ALGOS
@@ -90,6 +92,7 @@ class Preset:
 
 REPO = Path(__file__).resolve().parent.parent
 COIN5 = ("--env-kwargs", "level", "5", "num_games", "32", "num_held_out", "32")  # coin collector level 5, 32 games
+COIN3 = ("--env-kwargs", "level", "3", "num_games", "32", "num_held_out", "32")
 PRESETS = {
     # The default job's config: ~1,300 env steps per iteration (dynamic sampling adds groups), 18 s
     # per iteration alone on 2 cores (README), SFT warm-up ~45 s. Measured with --jobs 2 (one thread
@@ -147,6 +150,11 @@ PRESETS = {
         eval_every=4,
         eval_episodes=32,
     ),
+    # No harm (issue 34): coin collector level 3 (3-step routes), 32 training and 32 held-out games, whose
+    # warm-up should already win (nearly) every held-out game. 16 iterations of the default settings
+    # should keep held-out success within 5 points of the warm-up, invalid actions within 2 points.
+    "coin3-solved": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml", COIN3, budget=100_000,
+                           iterations=16, eval_every=4, eval_episodes=32),  # fmt: skip
     # Chat against window context (issue 33): GiGPO alone, each context with its own warm-up of the same
     # settings (90 SFT steps on the same expert demonstrations, read as that context's prompts), the same
     # seed, hyperparameters and env-step budget. The window arm with memory 1 is the default job's
@@ -176,6 +184,7 @@ COMPARISONS = (
     (("keydoor-hard", "gigpo"), ("keydoor-hard-defaults", "gigpo")),
     (("keydoor-hard", "grpo"), ("keydoor-hard-defaults", "grpo")),
     (("coin5-solved", "gigpo"), ("coin5-solved", "grpo")),
+    (("coin3-solved", "gigpo"), ("coin3-solved", "grpo")),
     (("sokoban", "gigpo"), ("sokoban", "grpo")),
     (("keydoor-chat", "gigpo"), ("keydoor-window", "gigpo")),
     (("keydoor-chat", "gigpo"), ("keydoor-memory3", "gigpo")),
@@ -236,11 +245,15 @@ def band(curves: Sequence[Curve]) -> tuple[list[float], list[float], list[float]
     return xs, means, stds
 
 
-def is_finished(rows: Sequence[dict], budget: int) -> bool:
+def is_finished(rows: Sequence[dict], budget: int, iterations: int = 0) -> bool:
     """Whether a run's metrics rows end with its final evaluation: an evaluation logged after the last
-    iteration, which spent the budget (a periodic evaluation only follows an iteration that did not)."""
+    iteration, which spent the budget or was iteration `iterations` (a periodic evaluation only follows
+    an iteration that was neither)."""
     last = max((i for i, r in enumerate(rows) if r.get("data/env_steps_total") is not None), default=None)
-    if last is None or rows[last]["data/env_steps_total"] < budget:
+    if last is None:
+        return False
+    row = rows[last]
+    if row["data/env_steps_total"] < budget and not (iterations and row["iteration"] >= iterations):
         return False
     return any(r.get("eval/success_rate") is not None for r in rows[last + 1 :])
 
@@ -251,6 +264,7 @@ def scaled(preset: Preset, args: argparse.Namespace) -> Preset:
     return dataclasses.replace(
         preset,
         budget=max(1, round(preset.budget * args.budget_scale)),
+        iterations=max(1, round(preset.iterations * args.budget_scale)) if preset.iterations else 0,
         eval_every=preset.eval_every if args.eval_every is None else args.eval_every,
         eval_episodes=preset.eval_episodes if args.eval_episodes is None else args.eval_episodes,
         sft_steps=preset.sft_steps if args.sft_steps is None else args.sft_steps,
@@ -273,11 +287,12 @@ def warm_done(warm: Path) -> bool:
 
 
 def train_command(p: Preset, warm: Path, seed: int, algo: str, run: Path) -> list[str]:
-    """One RL run; only `algo` differs between the two of a seed. --iterations = the budget, so the
-    env-step budget always ends the run (every iteration collects at least one step). A checkpoint after
+    """One RL run; only `algo` differs between the two of a seed. --iterations = the preset's iterations,
+    else the budget, so that the env-step budget ends the run (every iteration collects at least one
+    step) unless the preset caps its iterations. A checkpoint after
     every iteration (the newest one kept), so that a cut run resumes where it stopped."""
     return [sys.executable, "-m", "algos.train", "--config", str(REPO / p.config), *p.flags, "--model", str(warm),
-            "--sft-steps", "0", "--seed", str(seed), "--algo", algo, "--iterations", str(p.budget),
+            "--sft-steps", "0", "--seed", str(seed), "--algo", algo, "--iterations", str(p.iterations or p.budget),
             "--max-env-steps", str(p.budget), "--eval-every", str(p.eval_every),
             "--eval-episodes", str(p.eval_episodes), "--save-every", "1", "--keep-checkpoints", "1",
             "--device", "cpu", "--output-dir", str(run)]  # fmt: skip
@@ -368,7 +383,7 @@ def plan(out: Path, presets: dict[str, Preset], seeds: list[int]) -> tuple[list[
             base = out / key / f"s{seed}"
             warm_key = p.warm_from or key
             warm, warm_name = out / warm_key / f"s{seed}" / "warm", f"{warm_key}/s{seed}/warm"
-            todo = [algo for algo in p.algos if not is_finished(read_rows(base / algo), p.budget)]
+            todo = [algo for algo in p.algos if not is_finished(read_rows(base / algo), p.budget, p.iterations)]
             if not todo:
                 continue  # every run of this seed is finished: no warm-up needed (none is kept in git)
             if warm_done(warm):
@@ -403,9 +418,11 @@ def check_settings(out: Path, presets: dict[str, Preset]) -> str | None:
     """Record the presets in <out>/settings.json; a message if --out holds runs made with other ones."""
     path = out / "settings.json"
     saved = json.loads(path.read_text()) if path.is_file() else {}
+    defaults = {f.name: f.default for f in dataclasses.fields(Preset) if f.default is not dataclasses.MISSING}
+    defaults = json.loads(json.dumps(defaults))  # a field added since a run was saved holds its default
     for key, p in presets.items():
         now = json.loads(json.dumps(dataclasses.asdict(p)))  # tuples as lists, as read back
-        if key in saved and saved[key] != now:
+        if key in saved and {**defaults, **saved[key]} != now:
             return f"{out} holds {key} runs made with {saved[key]}, not {now}; pass another --out"
         saved[key] = now
     out.mkdir(parents=True, exist_ok=True)
@@ -424,7 +441,7 @@ def summarize(out: Path, presets: dict[str, Preset], seeds: list[int]) -> dict:
             curves, invalid = {}, {}
             for seed in seeds:
                 run = out / key / f"s{seed}" / algo
-                if is_finished(read_rows(run), p.budget):
+                if is_finished(read_rows(run), p.budget, p.iterations):
                     curves[seed] = list(zip(*read_series(run, "eval/success_rate", "data/env_steps_total")))
                     rate = read_series(run, "rollout/invalid_action_rate", "iteration")[1]
                     invalid[seed] = [rate[0], rate[-1]]  # the first and the last iteration's rollouts

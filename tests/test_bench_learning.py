@@ -15,6 +15,7 @@ from benchmarks.bench_learning import (
     Job,
     Preset,
     band,
+    check_settings,
     interval95,
     is_finished,
     mean_std,
@@ -89,6 +90,10 @@ def test_is_finished_needs_the_final_evaluation_after_the_budget():
     assert not is_finished(_rows({0: 0.3, 2: 0.5}, 1000, 2, final=True), budget=3000)
     assert not is_finished(_rows({0: 0.3}, 1000, 0, final=False), budget=3000)
     assert not is_finished([], budget=3000)
+    # an iteration cap ends a run whose budget is not spent: finished after the cap's final evaluation
+    assert is_finished(_rows({0: 0.3, 2: 0.5, 3: 0.6}, 1000, 3, final=True), budget=10**6, iterations=3)
+    assert not is_finished(_rows({0: 0.3, 2: 0.5, 3: 0.6}, 1000, 3, final=False), budget=10**6, iterations=3)
+    assert not is_finished(_rows({0: 0.3, 2: 0.5}, 1000, 2, final=True), budget=10**6, iterations=3)
 
 
 def test_summary_table_and_curves_from_run_folders(tmp_path: Path):
@@ -222,3 +227,23 @@ def test_summary_only_starts_nothing_and_keeps_the_finished_runs(tmp_path: Path,
     gigpo = json.loads((tmp_path / "summary.json").read_text())["presets"]["keydoor"]["algos"]["gigpo"]
     assert gigpo["seeds"] == [1] and gigpo["final"] == {"1": 0.6}
     assert "jobs not done; the summary holds the finished runs only" in capsys.readouterr().err
+
+
+def test_settings_saved_before_a_field_existed_still_match(tmp_path: Path):
+    preset = Preset("KeyDoor-v0", "configs/default.yaml", (), budget=3000, eval_every=2, eval_episodes=64)
+    saved = json.loads(json.dumps(dataclasses.asdict(preset)))
+    del saved["iterations"]  # written before Preset had it; its default is what those runs used
+    (tmp_path / "settings.json").write_text(json.dumps({"keydoor": saved}))
+    assert check_settings(tmp_path, {"keydoor": preset}) is None
+    assert json.loads((tmp_path / "settings.json").read_text())["keydoor"]["iterations"] == 0
+    message = check_settings(tmp_path, {"keydoor": dataclasses.replace(preset, iterations=16)})
+    assert message is not None and "keydoor" in message and "--out" in message
+
+
+def test_an_iteration_capped_preset_passes_its_cap_and_keeps_the_budget(tmp_path: Path):
+    preset = Preset("KeyDoor-v0", "configs/default.yaml", (), budget=10**5, eval_every=4, eval_episodes=32,
+                    iterations=16, algos=("gigpo",))  # fmt: skip
+    (tmp_path / "keydoor/s0/warm").mkdir(parents=True)
+    _, run = plan(tmp_path, {"keydoor": preset}, [0])[0]  # the warm-up, then the run
+    flag = {f: run.cmd[run.cmd.index(f) + 1] for f in ("--iterations", "--max-env-steps")}
+    assert flag == {"--iterations": "16", "--max-env-steps": "100000"}
