@@ -1,4 +1,5 @@
-"""benchmarks.bench_learning's summaries against hand-computed values (no training)."""
+"""benchmarks.bench_learning (its plan, jobs and settings) and its report (benchmarks/learning_report.py)
+against hand-computed values, with no training."""
 
 from __future__ import annotations
 
@@ -11,18 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_learning import (
-    Job,
-    Preset,
+from benchmarks.bench_learning import COMPARISONS, Job, Preset, check_settings, plan, run_jobs
+from benchmarks.learning_report import (
     band,
-    check_settings,
     interval95,
     is_finished,
     mean_std,
     paired_differences,
-    plan,
     plot,
-    run_jobs,
     steps_to_reach,
     summarize,
     table,
@@ -108,7 +105,7 @@ def test_summary_table_and_curves_from_run_folders(tmp_path: Path):
     unfinished.mkdir(parents=True)
     (unfinished / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "eval/success_rate": 0.9}) + "\n")
 
-    summary = summarize(tmp_path, {"keydoor": preset}, [0, 1, 2])
+    summary = summarize(tmp_path, {"keydoor": preset}, [0, 1, 2], COMPARISONS)
     s = json.loads(json.dumps(summary))["presets"]["keydoor"]  # what summary.json holds
     gigpo = s["algos"]["gigpo"]
     assert gigpo["seeds"] == [0, 1]

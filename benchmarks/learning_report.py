@@ -1,0 +1,243 @@
+"""The report of benchmarks.bench_learning: statistics of held-out success curves, and the summary
+(summary.json, the markdown table, curves.png) of a benchmark's finished runs.
+
+Definitions: final = the last evaluation; mean +- sample std over seeds (ddof=1, n/a for one
+seed); steps to X % = env steps at the first evaluation at or above X % (no interpolation
+between evaluations, so the resolution is one evaluation interval; "never" if none);
+GiGPO - GRPO = final success difference in points, per seed (same seed, same warm-up) and
+its mean +- std. Curves hold each run's latest evaluation until its next one (a step
+function), averaged over seeds on the union of their evaluation points.
+
+Left out: significance tests (with 3 seeds, read the per-seed differences: an evaluation
+of 64 episodes alone has a standard error of about 6 points at 50 %), wall-clock
+comparisons (both algorithms cost the same per env step here), other algorithms (rloo).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from benchmarks.bench_learning import Preset
+
+THRESHOLDS = (0.5, 0.8)
+Comparisons = Sequence[tuple[tuple[str, str], tuple[str, str]]]  # ((preset, algo) a, (preset, algo) b): a - b
+# Two-sided 95 % quantiles of Student's t, by degrees of freedom (1-30); beyond, the normal's 1.96.
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)  # fmt: skip
+
+Curve = list[tuple[float, float]]  # (env steps, held-out success) per evaluation, in env-step order
+
+
+# ---- statistics --------------------------------------------------------------------
+def steps_to_reach(curve: Curve, threshold: float) -> float | None:
+    """Env steps at the first evaluation at or above `threshold` (no interpolation); None if none."""
+    return next((x for x, y in curve if y >= threshold), None)
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1; nan for fewer than two values)."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def interval95(values: Sequence[float]) -> tuple[float, float]:
+    """The t-based 95 % confidence interval of the mean (nan, nan for fewer than two values)."""
+    mean, std = mean_std(values)
+    if math.isnan(std):
+        return math.nan, math.nan
+    half = (T975[len(values) - 2] if len(values) - 1 <= len(T975) else 1.96) * std / math.sqrt(len(values))
+    return mean - half, mean + half
+
+
+def paired_differences(a: dict[int, float], b: dict[int, float]) -> dict[int, float]:
+    """a - b in points (x 100) for every seed both have."""
+    return {seed: 100 * (a[seed] - b[seed]) for seed in sorted(a) if seed in b}
+
+
+def band(curves: Sequence[Curve]) -> tuple[list[float], list[float], list[float]]:
+    """(xs, mean, std) over runs of their step functions (each holds its latest evaluation, and its
+    last one after it ends), on the union of their evaluation points. std as in mean_std."""
+    xs = sorted({x for c in curves for x, _ in c})
+    means, stds = [], []
+    for x in xs:
+        held = [next(y for cx, y in reversed(c) if cx <= x) for c in curves if c and c[0][0] <= x]
+        m, s = mean_std(held)
+        means.append(m)
+        stds.append(s)
+    return xs, means, stds
+
+
+def is_finished(rows: Sequence[dict], budget: int, iterations: int = 0) -> bool:
+    """Whether a run's metrics rows end with its final evaluation: an evaluation logged after the last
+    iteration, which spent the budget or was iteration `iterations` (a periodic evaluation only follows
+    an iteration that was neither)."""
+    last = max((i for i, r in enumerate(rows) if r.get("data/env_steps_total") is not None), default=None)
+    if last is None:
+        return False
+    row = rows[last]
+    if row["data/env_steps_total"] < budget and not (iterations and row["iteration"] >= iterations):
+        return False
+    return any(r.get("eval/success_rate") is not None for r in rows[last + 1 :])
+
+
+def read_rows(run: Path) -> list[dict]:
+    from algos.run_dir import read_metrics
+
+    path = run / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return read_metrics(run)
+
+
+# ---- report ------------------------------------------------------------------------
+def summarize(out: Path, presets: dict[str, Preset], seeds: list[int], comparisons: Comparisons = ()) -> dict:
+    """The finished runs of `presets` under <out>/<preset>/s<seed>/<algo>, and `comparisons` among them."""
+    from scripts.plot import read_series
+
+    summary = {}
+    for key, p in presets.items():
+        algos = {}
+        for algo in p.algos:
+            curves, invalid = {}, {}
+            for seed in seeds:
+                run = out / key / f"s{seed}" / algo
+                if is_finished(read_rows(run), p.budget, p.iterations):
+                    curves[seed] = list(zip(*read_series(run, "eval/success_rate", "data/env_steps_total")))
+                    rate = read_series(run, "rollout/invalid_action_rate", "iteration")[1]
+                    invalid[seed] = [rate[0], rate[-1]]  # the first and the last iteration's rollouts
+            warm, final = {s: c[0][1] for s, c in curves.items()}, {s: c[-1][1] for s, c in curves.items()}
+            xs, mean, std = band(list(curves.values()))
+            algos[algo] = {
+                "seeds": list(curves),
+                "warm_up": warm,
+                "warm_up_mean_std": _finite(mean_std(list(warm.values()))),
+                "final": final,
+                "final_mean_std": _finite(mean_std(list(final.values()))),
+                "invalid_first_last": invalid,
+                "invalid_first_last_mean": [_mean([v[0] for v in invalid.values()]),
+                                            _mean([v[1] for v in invalid.values()])],  # fmt: skip
+                "steps_to": {
+                    f"{t:.0%}": {
+                        "seeds": {s: steps_to_reach(c, t) for s, c in curves.items()},
+                        "mean_curve": steps_to_reach(list(zip(xs, mean)), t),
+                    }
+                    for t in THRESHOLDS
+                },
+                "curves": {s: c for s, c in curves.items()},
+                "band": {"x": xs, "mean": _finite(mean), "std": _finite(std)},
+            }
+        summary[key] = {"env": p.env, "preset": dataclasses.asdict(p), "algos": algos}
+    return {"presets": summary, "comparisons": compare(summary, comparisons)}
+
+
+def compare(summary: dict, comparisons: Comparisons) -> list[dict]:
+    """The comparisons whose presets ran: per-seed final differences in points, mean +- std, 95 % interval."""
+    out = []
+    for (ka, aa), (kb, ab) in comparisons:
+        if aa not in summary.get(ka, {}).get("algos", {}) or ab not in summary.get(kb, {}).get("algos", {}):
+            continue
+        diff = paired_differences(summary[ka]["algos"][aa]["final"], summary[kb]["algos"][ab]["final"])
+        out.append({"a": f"{ka}/{aa}", "b": f"{kb}/{ab}", "env": summary[ka]["env"], "seeds": diff,
+                    "mean_std": _finite(mean_std(list(diff.values()))),
+                    "interval95": _finite(interval95(list(diff.values())))})  # fmt: skip
+    return out
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _finite(values: Sequence[float]) -> list[float | None]:
+    """nan as None: JSON has no NaN."""
+    return [None if math.isnan(v) else v for v in values]
+
+
+def _mean_std(ms: Sequence[float | None], scale: float = 100, sign: str = "") -> str:
+    mean, std = ms
+    if mean is None:
+        return "-"
+    return f"{scale * mean:{sign}.1f}" + ("" if std is None else f" ± {scale * std:.1f}")
+
+
+def _steps(x: float | None) -> str:
+    return "never" if x is None else "0" if x == 0 else f"{x / 1000:.1f}k"
+
+
+def table(summary: dict) -> str:
+    presets = summary["presets"]
+    lines = ["| preset | env | algo | seeds | warm-up (%) | final (%) | steps to 50 %: mean curve (per seed) "
+             "| steps to 80 %: mean curve (per seed) | invalid actions, first → last iteration (%) |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for key, s in presets.items():
+        for algo, a in s["algos"].items():
+            reach = [f"{_steps(r['mean_curve'])} ({', '.join(_steps(v) for v in r['seeds'].values()) or '-'})"
+                     for r in a["steps_to"].values()]  # fmt: skip
+            first, last = a.get("invalid_first_last_mean", (None, None))
+            invalid = "-" if first is None else f"{100 * first:.1f} → {100 * last:.1f}"
+            lines.append(f"| {key} | {s['env']} | {algo} | {len(a['seeds'])} | {_mean_std(a['warm_up_mean_std'])} "
+                         f"| {_mean_std(a['final_mean_std'])} | {' | '.join(reach)} | {invalid} |")  # fmt: skip
+    lines += ["", "| a − b, final (points) | mean ± std | 95 % interval | per seed |", "|---|---|---|---|"]
+    for c in summary["comparisons"]:
+        per_seed = ", ".join(f"s{seed}: {v:+.1f}" for seed, v in c["seeds"].items()) or "-"
+        lo, hi = c["interval95"]
+        interval = "-" if lo is None else f"[{lo:+.1f}, {hi:+.1f}]"
+        lines.append(f"| {c['a']} − {c['b']} | {_mean_std(c['mean_std'], 1, '+')} | {interval} | {per_seed} |")
+    budgets = "; ".join(f"{key}: {s['preset']['budget']} env steps, held-out success on "
+                        f"{s['preset']['eval_episodes']} episodes every {s['preset']['eval_every']} iterations"
+                        for key, s in presets.items())  # fmt: skip
+    lines += ["", f"Budgets: {budgets}. Mean ± sample std (ddof=1) over seeds; the interval is Student's t "
+              "over the paired seeds; steps to X % = the first evaluation at or above it, not interpolated."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def _held(end: float, xs: list, *ys: list) -> tuple[list, ...]:
+    """A step curve with its last value drawn on to `end` (the panel's last evaluation)."""
+    return [*xs, end], *([*y, y[-1]] for y in ys)
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    presets = summary["presets"]
+    fig, axes = plt.subplots(1, len(presets), figsize=(6 * len(presets), 4.2), squeeze=False)
+    for ax, (key, s) in zip(axes.flat, presets.items()):
+        end = max((x for a in s["algos"].values() for x in a["band"]["x"][-1:]), default=0.0)
+
+        for i, (algo, a) in enumerate(s["algos"].items()):
+            color = f"C{i}"
+            for c in a["curves"].values():
+                ax.step(*_held(end, *map(list, zip(*c))), where="post", color=color, alpha=0.3, linewidth=0.8)
+            xs, mean, std = a["band"]["x"], a["band"]["mean"], a["band"]["std"]
+            if not xs:
+                continue
+            label = f"{algo} ({len(a['seeds'])} seeds)"
+            ax.step(*_held(end, xs, mean), where="post", color=color, linewidth=2, label=label)
+            if None not in std:  # one seed: no band
+                lo, hi = [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)]
+                ax.fill_between(*_held(end, xs, lo, hi), step="post", color=color, alpha=0.2, linewidth=0)
+        for t in THRESHOLDS:
+            ax.axhline(t, color="gray", linestyle=":", linewidth=1)
+        ax.set_title(f"{key}: {s['env']} ({s['preset']['eval_episodes']} held-out episodes)", fontsize=9)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("held-out success (mean ± std over seeds)")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:  # a preset with no finished run yet has no curve
+            ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
