@@ -371,18 +371,7 @@ def similarity_keys(group_ids: npt.ArrayLike, texts: Sequence[str], threshold: f
 def compute_advantages(algo: str, cfg: AdvantageConfig, steps: Sequence[Step]) -> tuple[F32, dict[str, float]]:
     """One advantage per step row (rows of a trajectory in time order) for --algo `algo`, and the
     batch's advantage and anchor-group statistics."""
-    penalty = np.array([cfg.invalid_penalty * (not s.action_valid) for s in steps])
-    rewards = np.array([s.reward for s in steps])
-    placed = dict(penalties=penalty) if cfg.penalty_placement == "step" and cfg.invalid_penalty else {}
-    if not placed:  # inside the returns: the step's reward, before returns and advantages
-        rewards = rewards - penalty
-    traj_ids = np.array([s.traj_id for s in steps])
-    group_ids = np.array([s.group_id for s in steps])
-    if cfg.anchor == "similarity":
-        keys = list(similarity_keys(group_ids, [s.observation for s in steps], cfg.similarity_threshold))
-    else:
-        keys = [s.state_key for s in steps]
-    common = dict(norm=cfg.norm, episode_baseline=cfg.episode_baseline, scale=cfg.scale, **placed)
+    rewards, traj_ids, group_ids, keys, common = advantage_inputs(cfg, steps)
     split = {}
     if algo == "gigpo":
         ep, step = gigpo_terms(rewards, traj_ids, group_ids, keys, gamma=cfg.gamma, **common)
@@ -402,6 +391,25 @@ def compute_advantages(algo: str, cfg: AdvantageConfig, steps: Sequence[Step]) -
         **split,
     }
     return adv, stats
+
+
+def advantage_inputs(cfg: AdvantageConfig, steps: Sequence[Step]) -> tuple[F64, I64, I64, list, dict]:
+    """What the advantage functions take for these step rows under `cfg`: (rewards, with the invalid-
+    action penalty inside them unless it is placed on the step; traj ids; group ids; anchor keys;
+    the keyword options, with the per-row penalties when they are placed on the step)."""
+    penalty = np.array([cfg.invalid_penalty * (not s.action_valid) for s in steps])
+    rewards = np.array([s.reward for s in steps])
+    placed = dict(penalties=penalty) if cfg.penalty_placement == "step" and cfg.invalid_penalty else {}
+    if not placed:  # inside the returns: the step's reward, before returns and advantages
+        rewards = rewards - penalty
+    traj_ids = np.array([s.traj_id for s in steps])
+    group_ids = np.array([s.group_id for s in steps])
+    if cfg.anchor == "similarity":
+        keys = list(similarity_keys(group_ids, [s.observation for s in steps], cfg.similarity_threshold))
+    else:
+        keys = [s.state_key for s in steps]
+    common = dict(norm=cfg.norm, episode_baseline=cfg.episode_baseline, scale=cfg.scale, **placed)
+    return rewards, traj_ids, group_ids, keys, common
 
 
 def step_signal(episode: F64, step: F64) -> dict[str, float]:

@@ -148,6 +148,17 @@ def test_transcripts_have_prompts_responses_rewards_and_advantages(run):
     assert {"response", "action", "reward", "advantage", "status"} <= set(step)
 
 
+@pytest.mark.slow
+def test_trace_credit_plays_a_group_from_a_run_checkpoint(run, tmp_path, capsys):
+    from scripts.trace_credit import main as trace_main
+
+    checkpoint = max((run / "checkpoints").glob("iter_*"), key=lambda p: int(p.name.split("_")[1]))
+    assert trace_main(["--checkpoint", str(checkpoint), "--tasks", "3", "--output", str(tmp_path / "credit.md")]) == 0
+    text = (tmp_path / "credit.md").read_text()
+    assert text.startswith("# Credit on KeyDoor-v0: 2 episodes in 1 groups") and "| 0 (3) |" in text
+    assert text.strip() == capsys.readouterr().out.strip()
+
+
 def test_env_catalog(capsys, monkeypatch):
     from pathlib import Path
 
