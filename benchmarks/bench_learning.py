@@ -141,6 +141,13 @@ PRESETS = {
         eval_every=4,
         eval_episodes=32,
     ),
+    # The default job's env and warm-ups with the invalid-action penalty on the faulty step only and
+    # group statistics over step rows (verl-agent's placement). Under the default (the penalty inside the
+    # returns), scripts.trace_credit shows invalid actions late in a lost episode getting positive
+    # advantages: in a state the agent is stuck in, a later row has fewer penalties still to come.
+    "keydoor-penalty-step": Preset("KeyDoor-v0", "configs/default.yaml",
+                                   ("--penalty-placement", "step", "--episode-baseline", "step"), budget=13_000,
+                                   eval_every=2, eval_episodes=64, warm_from="keydoor"),  # fmt: skip
     # No harm (issue 34): coin collector level 3 (3-step routes), 32 training and 32 held-out games, whose
     # warm-up should already win (nearly) every held-out game. 16 iterations of the default settings
     # should keep held-out success within 5 points of the warm-up, invalid actions within 2 points.
@@ -176,6 +183,9 @@ COMPARISONS = (
     (("keydoor-hard", "grpo"), ("keydoor-hard-defaults", "grpo")),
     (("coin5-solved", "gigpo"), ("coin5-solved", "grpo")),
     (("coin3-solved", "gigpo"), ("coin3-solved", "grpo")),
+    (("keydoor-penalty-step", "gigpo"), ("keydoor-penalty-step", "grpo")),
+    (("keydoor-penalty-step", "gigpo"), ("keydoor", "gigpo")),
+    (("keydoor-penalty-step", "grpo"), ("keydoor", "grpo")),
     (("sokoban", "gigpo"), ("sokoban", "grpo")),
     (("keydoor-chat", "gigpo"), ("keydoor-window", "gigpo")),
     (("keydoor-chat", "gigpo"), ("keydoor-memory3", "gigpo")),
