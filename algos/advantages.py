@@ -388,9 +388,17 @@ def compute_advantages(algo: str, cfg: AdvantageConfig, steps: Sequence[Step]) -
         "adv/mean": float(adv.mean()),
         "adv/std": float(adv.std()),
         "adv/abs_max": float(np.abs(adv).max()),
+        "adv/invalid_positive_frac": invalid_positive(adv, steps),
         **split,
     }
     return adv, stats
+
+
+def invalid_positive(adv: npt.ArrayLike, steps: Sequence[Step]) -> float:
+    """The fraction of invalid-action rows whose advantage is positive (0 when there are none): actions
+    the update makes more likely although the env refused them."""
+    invalid = np.array([not s.action_valid for s in steps], dtype=bool)
+    return float((np.asarray(adv)[invalid] > 0).mean()) if invalid.any() else 0.0
 
 
 def advantage_inputs(cfg: AdvantageConfig, steps: Sequence[Step]) -> tuple[F64, I64, I64, list, dict]:

@@ -3,12 +3,15 @@ into GRPO's episode term and GiGPO's anchor-state step term.
 
     python -m scripts.trace_credit --checkpoint runs/RUN/checkpoints/iter_0 --tasks 0 1 2 3 \
         --output eval/credit.md
+    python -m scripts.trace_credit --checkpoint CKPT --advantages penalty_placement step episode_baseline step
 
 Each task (a training reset seed) is played by one group of the checkpoint's group size, sampled at
-its training temperature, with its advantage settings (`--algo gigpo`'s, whatever the run's algo was).
+its training temperature, with its advantage settings (`--algo gigpo`'s, whatever the run's algo was)
+or others (`--advantages`; the same sampling seed plays the same episodes, so settings compare on one batch).
 For every group: how many episodes were won, the step term's share of the advantages' magnitudes and
 the rows where it is not 0 (as `gigpo/step_share` and `gigpo/step_nonzero_frac` log them), and the
-anchor groups' sizes. Then one won and one lost episode of each group, step by step: the action, the
+anchor groups' sizes; for the batch, the invalid-action rows that get a positive advantage under
+GRPO and under GiGPO (`adv/invalid_positive_frac`). Then one won and one lost episode of each group, step by step: the action, the
 step return, the anchor group (its size and mean return), the episode term (GRPO's whole advantage),
 omega x the step term, and GiGPO's sum. The rewards are the env's (a run's --reward layer is not
 applied). Writes markdown to stdout, and to --output if given.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +32,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoint", required=True, help="a checkpoint folder (runs/RUN/checkpoints/iter_N)")
     p.add_argument("--tasks", type=int, nargs="+", default=[0, 1, 2, 3], help="training reset seeds, a group each")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--advantages", nargs="*", default=[], metavar="KEY VALUE",
+                   help="advantage settings instead of the run's, e.g. penalty_placement step episode_baseline step")
     p.add_argument("--output", type=Path, default=None, help="also write the markdown here")
     return p.parse_args(argv)
 
@@ -36,6 +42,7 @@ def collect(args: argparse.Namespace):
     """(config, trajectories): one group per task from the checkpoint's policy."""
     from agents.model import is_model_dir
     from algos import distributed
+    from algos.cli import key_value_pairs
     from algos.collector import Collector
     from algos.config import ConfigError, env_kwargs, from_flat
     from algos.policy import build_policy
@@ -49,6 +56,7 @@ def collect(args: argparse.Namespace):
     if min(args.tasks) < 0:
         raise ConfigError("--tasks are reset seeds: integers >= 0")
     cfg, _ = load_run_config(str(path))
+    cfg = replace(cfg, advantages=overridden(cfg.advantages, key_value_pairs(args.advantages)))
     cfg = from_flat(dict(model=str(path), output_dir="", sft_steps=0, seed=args.seed, backend="hf", lora_rank=0,
                          report_to="none"), cfg)  # fmt: skip
     validate(cfg)
@@ -62,17 +70,40 @@ def collect(args: argparse.Namespace):
         collector.close()
 
 
+def overridden(section, values: dict[str, str]):
+    """`section` (a config dataclass) with `values` in place, each read as the type of the value it
+    replaces. Raises ConfigError for a key the section does not have, or a value of the wrong type."""
+    from algos.config import ConfigError
+
+    names = [f.name for f in fields(section)]
+    changes = {}
+    for key, text in values.items():
+        if key not in names:
+            raise ConfigError(f"--advantages: no setting {key!r}; choose from {', '.join(names)}")
+        kind = type(getattr(section, key))
+        try:
+            changes[key] = kind(text) if kind is not bool else text.lower() in ("1", "true", "yes")
+        except ValueError:
+            raise ConfigError(f"--advantages: {key} takes a {kind.__name__}, not {text!r}") from None
+    section = replace(section, **changes)
+    try:
+        section.check()
+    except ValueError as e:
+        raise ConfigError(f"--advantages: {e}") from None
+    return section
+
+
 def trace(cfg, trajectories) -> str:
     """The markdown report of one batch (module docstring)."""
-    from algos.advantages import advantage_inputs, anchor_group_sizes, discounted_returns, gigpo_terms, step_signal
+    from algos import advantages as adv
 
     a = cfg.advantages
     steps = [s for t in trajectories for s in t.steps]
-    rewards, traj_ids, group_ids, keys, common = advantage_inputs(a, steps)
-    ep, step = gigpo_terms(rewards, traj_ids, group_ids, keys, gamma=a.gamma, **common)
+    rewards, traj_ids, group_ids, keys, common = adv.advantage_inputs(a, steps)
+    ep, step = adv.gigpo_terms(rewards, traj_ids, group_ids, keys, gamma=a.gamma, **common)
     step = a.omega * step
-    returns = discounted_returns(rewards, traj_ids, a.gamma) - common.get("penalties", 0.0)  # as GiGPO's step term reads them
-    sizes = anchor_group_sizes(group_ids, keys)
+    returns = adv.discounted_returns(rewards, traj_ids, a.gamma) - common.get("penalties", 0.0)  # as GiGPO's step term reads them
+    sizes = adv.anchor_group_sizes(group_ids, keys)
     anchor = {}  # (group, key) -> the returns of its rows
     for g, k, r in zip(group_ids.tolist(), keys, returns.tolist()):
         anchor.setdefault((g, k), []).append(r)
@@ -87,13 +118,15 @@ def trace(cfg, trajectories) -> str:
         by_group.setdefault(t.group_id, []).append(t)
     for g, group in by_group.items():
         rows = np.array([row_of[id(s)] for t in group for s in t.steps])
-        signal = step_signal(ep[rows], step[rows])
+        signal = adv.step_signal(ep[rows], step[rows])
         out.append(f"| {g} ({group[0].seed}) | {sum(t.won for t in group)}/{len(group)} | {len(rows)} | "
                    f"{signal['gigpo/step_share']:.2f} | {signal['gigpo/step_nonzero_frac']:.0%} | "
                    f"{sizes[rows].mean():.1f}, {sizes[rows].max()} |")  # fmt: skip
-    total = step_signal(ep, step)
+    total = adv.step_signal(ep, step)
     out += ["", f"Whole batch: step share {total['gigpo/step_share']:.2f}, step term not 0 on "
-            f"{total['gigpo/step_nonzero_frac']:.0%} of {len(steps)} rows."]  # fmt: skip
+            f"{total['gigpo/step_nonzero_frac']:.0%} of {len(steps)} rows. Invalid actions: "
+            f"{sum(not s.action_valid for s in steps)} rows, with a positive advantage under GRPO "
+            f"{adv.invalid_positive(ep, steps):.0%}, under GiGPO {adv.invalid_positive(ep + step, steps):.0%}."]  # fmt: skip
     for g, group in by_group.items():
         for label, t in (("won", next((t for t in group if t.won), None)), ("lost", next((t for t in group if not t.won), None))):  # fmt: skip
             if t is None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
+from algos.advantages import invalid_positive
 from algos.cli import parse_config
 from algos.collector import Step, Trajectory
 from scripts.trace_credit import main, trace
@@ -31,3 +36,23 @@ def test_a_missing_checkpoint_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["--checkpoint", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: checkpoint") and "\n" not in err
+
+
+def test_invalid_positive_counts_refused_actions_the_update_would_make_likelier():
+    steps = _episode(0, "abcd", [0.0, 0.0, 0.0, 1.0]).steps
+    steps = [replace(s, action_valid=v) for s, v in zip(steps, [False, False, True, False])]
+    assert invalid_positive([1.0, -1.0, 0.5, 0.0], steps) == 1 / 3  # invalid rows: +1, -1, 0
+    assert invalid_positive([1.0, 1.0, 1.0, 1.0], [replace(s, action_valid=True) for s in steps]) == 0.0
+
+
+def test_advantage_settings_can_be_overridden_and_bad_ones_are_one_line(tmp_path, capsys):
+    from algos.config import ConfigError
+    from scripts.trace_credit import overridden
+
+    a = parse_config([]).advantages
+    b = overridden(a, {"penalty_placement": "step", "episode_baseline": "step", "omega": "0.5"})
+    assert (b.penalty_placement, b.episode_baseline, b.omega) == ("step", "step", 0.5)
+    for values, says in (({"omgea": "1"}, "no setting 'omgea'"), ({"omega": "high"}, "omega takes a float"),
+                         ({"penalty_placement": "step"}, "episode-baseline step")):  # fmt: skip
+        with pytest.raises(ConfigError, match=says):
+            overridden(a, values)
