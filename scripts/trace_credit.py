@@ -40,7 +40,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def collect(args: argparse.Namespace):
     """(config, trajectories): one group per task from the checkpoint's policy."""
-    from agents.model import is_model_dir
     from algos import distributed
     from algos.cli import key_value_pairs
     from algos.collector import Collector
@@ -48,11 +47,9 @@ def collect(args: argparse.Namespace):
     from algos.policy import build_policy
     from algos.resolve import resolve
     from algos.validate import validate
-    from scripts.evaluate import load_run_config
+    from scripts.evaluate import checkpoint_dir, load_run_config
 
-    path = Path(args.checkpoint).expanduser()
-    if not is_model_dir(path):
-        raise ConfigError(f"checkpoint {args.checkpoint!r} not found (expected runs/RUN/checkpoints/iter_N)")
+    path = checkpoint_dir(args.checkpoint)
     if min(args.tasks) < 0:
         raise ConfigError("--tasks are reset seeds: integers >= 0")
     cfg, _ = load_run_config(str(path))
