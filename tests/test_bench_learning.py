@@ -244,3 +244,36 @@ def test_an_iteration_capped_preset_passes_its_cap_and_keeps_the_budget(tmp_path
     _, run = plan(tmp_path, {"keydoor": preset}, [0])[0]  # the warm-up, then the run
     flag = {f: run.cmd[run.cmd.index(f) + 1] for f in ("--iterations", "--max-env-steps")}
     assert flag == {"--iterations": "16", "--max-env-steps": "100000"}
+
+
+def test_an_extending_preset_continues_copies_of_its_source_runs(tmp_path: Path):
+    from algos.run_dir import TRAINER_STATE
+    from benchmarks.bench_learning import PRESETS, with_sources
+
+    assert with_sources(["keydoor-26k", "keydoor"]) == ["keydoor", "keydoor-26k"]  # the source runs first
+    assert PRESETS["keydoor-26k"].extends == "keydoor"
+    short = Preset("KeyDoor-v0", "configs/default.yaml", (), budget=3000, eval_every=2, eval_episodes=64)
+    long = dataclasses.replace(short, budget=6000, extends="short")
+    src = tmp_path / "short/s0/gigpo"
+    (src / "checkpoints/iter_3").mkdir(parents=True)
+    (src / "checkpoints/iter_3" / TRAINER_STATE).write_bytes(b"state")
+    (src / "config.yaml").write_text("{}")
+    (src / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rows({0: 0.3, 3: 0.6}, 1000, 3, True)))
+
+    jobs, done = plan(tmp_path, {"short": short, "long": long}, [0])
+    # the unfinished source run (grpo) and its warm-up are planned; the long runs wait for their sources
+    assert [(j.name, j.after) for j in jobs] == [("short/s0/warm", None), ("short/s0/grpo", "short/s0/warm"),
+                                                 ("long/s0/gigpo", "short/s0/gigpo"),
+                                                 ("long/s0/grpo", "short/s0/grpo")]  # fmt: skip
+    assert done == {"short/s0/gigpo"}  # finished: its extension can start at once
+    extend = jobs[2]
+    run = tmp_path / "long/s0/gigpo"
+    assert extend.cmd[1:] == ["-m", "algos.train", "--resume", str(run), "--max-env-steps", "6000",
+                              "--iterations", "6000"]  # fmt: skip
+    extend.before()  # the copy, made whole
+    assert (run / "checkpoints/iter_3" / TRAINER_STATE).read_bytes() == b"state"
+    assert (run / "metrics.jsonl").read_text() == (src / "metrics.jsonl").read_text()
+    assert not (tmp_path / "long/s0/gigpo.copying").exists()
+    again = {j.name: j for j in plan(tmp_path, {"short": short, "long": long}, [0])[0]}
+    assert again["long/s0/gigpo"].before is None  # cut after the copy: it resumes from its own checkpoint
+    assert again["long/s0/gigpo"].cmd == extend.cmd
