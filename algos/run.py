@@ -37,9 +37,9 @@ from tqdm import tqdm
 from agents.agent import LLMAgent
 from agents.model import load_model, resolve_model
 from algos import checkpoint, distributed
-from algos.advantages import compute_advantages, informative, informative_sample
 from algos.collector import Collector, Step, Trajectory
 from algos.config import Config, ConfigError, env_kwargs, flat
+from algos.credit import compute_advantages, informative, informative_sample
 from algos.data import DataLayer, task_sampler
 from algos.evaluation import held_out_seeds, play, summarize
 from algos.learner import Learner

@@ -276,8 +276,8 @@ def synthetic_steps(n: int, seed: int = 0) -> list:
 
 
 def gigpo_scaling(sizes: list[int], repeats: int) -> list[dict]:
-    from algos.advantages import compute_advantages
     from algos.config import Config
+    from algos.credit import compute_advantages
 
     cfg = Config()  # the default job: gigpo, mean_std, state keys
     out = []

@@ -93,10 +93,11 @@ def overridden(section, values: dict[str, str]):
 def trace(cfg, trajectories) -> str:
     """The markdown report of one batch (module docstring)."""
     from algos import advantages as adv
+    from algos import credit
 
     a = cfg.advantages
     steps = [s for t in trajectories for s in t.steps]
-    rewards, traj_ids, group_ids, keys, common = adv.advantage_inputs(a, steps)
+    rewards, traj_ids, group_ids, keys, common = credit.advantage_inputs(a, steps)
     ep, step = adv.gigpo_terms(rewards, traj_ids, group_ids, keys, gamma=a.gamma, **common)
     step = a.omega * step
     returns = adv.discounted_returns(rewards, traj_ids, a.gamma) - common.get("penalties", 0.0)  # as GiGPO's step term reads them
@@ -115,15 +116,15 @@ def trace(cfg, trajectories) -> str:
         by_group.setdefault(t.group_id, []).append(t)
     for g, group in by_group.items():
         rows = np.array([row_of[id(s)] for t in group for s in t.steps])
-        signal = adv.step_signal(ep[rows], step[rows])
+        signal = credit.step_signal(ep[rows], step[rows])
         out.append(f"| {g} ({group[0].seed}) | {sum(t.won for t in group)}/{len(group)} | {len(rows)} | "
                    f"{signal['gigpo/step_share']:.2f} | {signal['gigpo/step_nonzero_frac']:.0%} | "
                    f"{sizes[rows].mean():.1f}, {sizes[rows].max()} |")  # fmt: skip
-    total = adv.step_signal(ep, step)
+    total = credit.step_signal(ep, step)
     out += ["", f"Whole batch: step share {total['gigpo/step_share']:.2f}, step term not 0 on "
             f"{total['gigpo/step_nonzero_frac']:.0%} of {len(steps)} rows. Invalid actions: "
             f"{sum(not s.action_valid for s in steps)} rows, with a positive advantage under GRPO "
-            f"{adv.invalid_positive(ep, steps):.0%}, under GiGPO {adv.invalid_positive(ep + step, steps):.0%}."]  # fmt: skip
+            f"{credit.invalid_positive(ep, steps):.0%}, under GiGPO {credit.invalid_positive(ep + step, steps):.0%}."]  # fmt: skip
     for g, group in by_group.items():
         for label, t in (("won", next((t for t in group if t.won), None)), ("lost", next((t for t in group if not t.won), None))):  # fmt: skip
             if t is None:

@@ -18,8 +18,8 @@ from algos.advantages import (
     grpo_advantages,
     rloo_advantages,
     similarity_keys,
-    step_signal,
 )
+from algos.credit import step_signal
 
 
 def close(actual: np.ndarray, expected: list[float], tol: float = 1e-6) -> None:

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from algos.advantages import invalid_positive
 from algos.cli import parse_config
 from algos.collector import Step, Trajectory
+from algos.credit import invalid_positive
 from scripts.trace_credit import main, trace
 
 

@@ -25,9 +25,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algos.advantages import compute_advantages, informative
 from algos.cli import parse_config
 from algos.collector import Step
+from algos.credit import compute_advantages, informative
 
 PRESET = "configs/gigpo_verl_agent.yaml"
 
