@@ -95,7 +95,8 @@ def evaluate(agent: LLMAgent, cfg: Config, episodes: int, world=distributed.SING
     trajs = play(agent, cfg.env, env_kwargs(cfg), seeds, max_envs=episodes, leave=False,
                  workers=cfg.workers) if seeds else []  # fmt: skip
     m = summarize([t for part in distributed.gather(trajs, world) for t in part])
-    return {"eval/success_rate": m["success_rate"], "eval/episode_length": m["mean_steps"]}
+    return {"eval/success_rate": m["success_rate"], "eval/episode_length": m["mean_steps"],
+            "eval/invalid_action_rate": m["invalid_action_rate"]}  # fmt: skip
 
 
 @dataclass

@@ -109,13 +109,16 @@ def summarize(out: Path, presets: dict[str, Preset], seeds: list[int], compariso
     for key, p in presets.items():
         algos = {}
         for algo in p.algos:
-            curves, invalid = {}, {}
+            curves, invalid, held_invalid = {}, {}, {}
             for seed in seeds:
                 run = out / key / f"s{seed}" / algo
                 if is_finished(read_rows(run), p.budget, p.iterations):
                     curves[seed] = list(zip(*read_series(run, "eval/success_rate", "data/env_steps_total")))
                     rate = read_series(run, "rollout/invalid_action_rate", "iteration")[1]
                     invalid[seed] = [rate[0], rate[-1]]  # the first and the last iteration's rollouts
+                    held = read_series(run, "eval/invalid_action_rate", "iteration")[1]
+                    if len(held) == len(curves[seed]):  # logged at every evaluation (runs since it exists)
+                        held_invalid[seed] = [held[0], held[-1]]  # after the warm-up, and the final one
             warm, final = {s: c[0][1] for s, c in curves.items()}, {s: c[-1][1] for s, c in curves.items()}
             xs, mean, std = band(list(curves.values()))
             algos[algo] = {
@@ -127,6 +130,9 @@ def summarize(out: Path, presets: dict[str, Preset], seeds: list[int], compariso
                 "invalid_first_last": invalid,
                 "invalid_first_last_mean": [_mean([v[0] for v in invalid.values()]),
                                             _mean([v[1] for v in invalid.values()])],  # fmt: skip
+                "held_out_invalid": held_invalid,
+                "held_out_invalid_mean": [_mean([v[0] for v in held_invalid.values()]),
+                                          _mean([v[1] for v in held_invalid.values()])],  # fmt: skip
                 "steps_to": {
                     f"{t:.0%}": {
                         "seeds": {s: steps_to_reach(c, t) for s, c in curves.items()},
@@ -177,16 +183,19 @@ def _steps(x: float | None) -> str:
 def table(summary: dict) -> str:
     presets = summary["presets"]
     lines = ["| preset | env | algo | seeds | warm-up (%) | final (%) | steps to 50 %: mean curve (per seed) "
-             "| steps to 80 %: mean curve (per seed) | invalid actions, first → last iteration (%) |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| steps to 80 %: mean curve (per seed) | invalid actions, first → last iteration (%) "
+             "| held-out invalid actions, warm-up → final (%) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for key, s in presets.items():
         for algo, a in s["algos"].items():
             reach = [f"{_steps(r['mean_curve'])} ({', '.join(_steps(v) for v in r['seeds'].values()) or '-'})"
                      for r in a["steps_to"].values()]  # fmt: skip
             first, last = a.get("invalid_first_last_mean", (None, None))
             invalid = "-" if first is None else f"{100 * first:.1f} → {100 * last:.1f}"
+            first, last = a.get("held_out_invalid_mean", (None, None))
+            held = "-" if first is None else f"{100 * first:.1f} → {100 * last:.1f}"
             lines.append(f"| {key} | {s['env']} | {algo} | {len(a['seeds'])} | {_mean_std(a['warm_up_mean_std'])} "
-                         f"| {_mean_std(a['final_mean_std'])} | {' | '.join(reach)} | {invalid} |")  # fmt: skip
+                         f"| {_mean_std(a['final_mean_std'])} | {' | '.join(reach)} | {invalid} | {held} |")  # fmt: skip
     lines += ["", "| a − b, final (points) | mean ± std | 95 % interval | per seed |", "|---|---|---|---|"]
     for c in summary["comparisons"]:
         per_seed = ", ".join(f"s{seed}: {v:+.1f}" for seed, v in c["seeds"].items()) or "-"

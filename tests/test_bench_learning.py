@@ -277,3 +277,31 @@ def test_an_extending_preset_continues_copies_of_its_source_runs(tmp_path: Path)
     again = {j.name: j for j in plan(tmp_path, {"short": short, "long": long}, [0])[0]}
     assert again["long/s0/gigpo"].before is None  # cut after the copy: it resumes from its own checkpoint
     assert again["long/s0/gigpo"].cmd == extend.cmd
+
+
+def test_held_out_invalid_actions_after_the_warm_up_and_at_the_end(tmp_path: Path):
+    preset = Preset("KeyDoor-v0", "configs/default.yaml", (), budget=3000, eval_every=2, eval_episodes=64,
+                    algos=("gigpo",))  # fmt: skip
+    held = {0: 0.10, 2: 0.25, 3: 0.04}  # per evaluation iteration
+    for seed, scale in ((0, 1.0), (1, 0.5)):
+        rows = _rows({0: 0.3, 2: 0.45, 3: 0.6}, 1000, 3, final=True)
+        for r in rows:
+            if "eval/success_rate" in r:
+                r["eval/invalid_action_rate"] = scale * held[r["iteration"]]
+        run = tmp_path / "keydoor" / f"s{seed}" / "gigpo"
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    old = tmp_path / "keydoor/s2/gigpo"  # a run from before the metric: no held-out column for it
+    old.mkdir(parents=True)
+    rows = _rows({0: 0.3, 2: 0.45, 3: 0.6}, 1000, 3, final=True)
+    (old / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    gigpo = json.loads(json.dumps(summarize(tmp_path, {"keydoor": preset}, [0, 1, 2])))["presets"]["keydoor"]
+    gigpo = gigpo["algos"]["gigpo"]
+    assert gigpo["seeds"] == [0, 1, 2]
+    assert gigpo["held_out_invalid"]["0"] == pytest.approx([0.10, 0.04])
+    assert gigpo["held_out_invalid"]["1"] == pytest.approx([0.05, 0.02]) and "2" not in gigpo["held_out_invalid"]
+    assert gigpo["held_out_invalid_mean"] == pytest.approx([0.075, 0.03])
+    row = next(line for line in table(summarize(tmp_path, {"keydoor": preset}, [0, 1, 2])).splitlines()
+               if line.startswith("| keydoor |"))  # fmt: skip
+    assert row.endswith("| 30.0 → 10.0 | 7.5 → 3.0 |")
