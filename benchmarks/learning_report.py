@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from benchmarks.bench_learning import Preset
+    from benchmarks.learning_presets import Preset
 
 THRESHOLDS = (0.5, 0.8)
 Comparisons = Sequence[tuple[tuple[str, str], tuple[str, str]]]  # ((preset, algo) a, (preset, algo) b): a - b

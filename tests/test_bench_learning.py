@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_learning import COMPARISONS, Job, Preset, check_settings, plan, run_jobs
+from benchmarks.bench_learning import Job, check_settings, plan, run_jobs
+from benchmarks.learning_presets import COMPARISONS, PRESETS, Preset
 from benchmarks.learning_report import (
     band,
     interval95,
@@ -219,7 +220,7 @@ def test_summary_only_starts_nothing_and_keeps_the_finished_runs(tmp_path: Path,
     run.mkdir(parents=True)
     rows = _rows({0: 0.3, 2: 0.5, 3: 0.6}, 1000, 3, final=True)
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    budget = ["--budget-scale", str(3000 / bench.PRESETS["keydoor"].budget)]
+    budget = ["--budget-scale", str(3000 / PRESETS["keydoor"].budget)]
     assert bench.main(["--envs", "keydoor", "--seeds", "0", "1", "--out", str(tmp_path), "--summary", *budget]) == 0
     gigpo = json.loads((tmp_path / "summary.json").read_text())["presets"]["keydoor"]["algos"]["gigpo"]
     assert gigpo["seeds"] == [1] and gigpo["final"] == {"1": 0.6}
@@ -248,7 +249,7 @@ def test_an_iteration_capped_preset_passes_its_cap_and_keeps_the_budget(tmp_path
 
 def test_an_extending_preset_continues_copies_of_its_source_runs(tmp_path: Path):
     from algos.run_dir import TRAINER_STATE
-    from benchmarks.bench_learning import PRESETS, with_sources
+    from benchmarks.bench_learning import with_sources
 
     assert with_sources(["keydoor-26k", "keydoor"]) == ["keydoor", "keydoor-26k"]  # the source runs first
     assert PRESETS["keydoor-26k"].extends == "keydoor"
@@ -305,3 +306,15 @@ def test_held_out_invalid_actions_after_the_warm_up_and_at_the_end(tmp_path: Pat
     row = next(line for line in table(summarize(tmp_path, {"keydoor": preset}, [0, 1, 2])).splitlines()
                if line.startswith("| keydoor |"))  # fmt: skip
     assert row.endswith("| 30.0 → 10.0 | 7.5 → 3.0 |")
+
+
+def test_each_ablation_changes_one_default_and_is_compared_with_the_defaults():
+    from benchmarks.learning_presets import ABLATION_KEYS
+
+    base = PRESETS["keydoor"]
+    for key in ABLATION_KEYS:
+        p = PRESETS[key]
+        changed = {f.name for f in dataclasses.fields(Preset) if getattr(p, f.name) != getattr(base, f.name)}
+        assert changed - {"algos", "warm_from"} in ({"flags"}, {"sft_steps"}), key
+        assert ((key, "gigpo"), ("keydoor", "gigpo")) in COMPARISONS
+        assert p.flags == () or p.warm_from == "keydoor"  # RL settings start from the defaults' warm-ups

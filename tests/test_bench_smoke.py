@@ -24,7 +24,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_context, bench_data, bench_learning, bench_memory, bench_rewards, bench_textworld
+from benchmarks import (
+    bench_context,
+    bench_data,
+    bench_learning,
+    bench_memory,
+    bench_rewards,
+    bench_textworld,
+    learning_presets,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 # A few groups of two, short responses: one iteration in seconds, not a minute.
@@ -165,9 +173,9 @@ def test_bench_learning_end_to_end_on_a_cut_preset(tmp_path, tiny_path, monkeypa
     """The warm-up job (--warm-up-only, a subprocess as the benchmark runs it), GiGPO and GRPO from it,
     the summary, table and plot: one seed, one iteration each."""
     cut = dataclasses.replace(
-        bench_learning.PRESETS["keydoor"], flags=(*SMALL_RUN, *SHORT_EPISODES, "--no-dynamic-sampling")
+        learning_presets.PRESETS["keydoor"], flags=(*SMALL_RUN, *SHORT_EPISODES, "--no-dynamic-sampling")
     )
-    monkeypatch.setitem(bench_learning.PRESETS, "keydoor", cut)
+    monkeypatch.setitem(learning_presets.PRESETS, "keydoor", cut)
     flags = ["--envs", "keydoor", "--seeds", "0", "--budget-scale", "1e-6", "--eval-every", "1",
              "--eval-episodes", "2", "--sft-steps", "1", "--out", str(tmp_path)]  # fmt: skip
     handler = signal.getsignal(signal.SIGTERM)
@@ -177,13 +185,13 @@ def test_bench_learning_end_to_end_on_a_cut_preset(tmp_path, tiny_path, monkeypa
         signal.signal(signal.SIGTERM, handler)  # main turns SIGTERM into KeyboardInterrupt
     summary = json.loads((tmp_path / "summary.json").read_text())
     algos = summary["presets"]["keydoor"]["algos"]
-    assert list(algos) == list(bench_learning.ALGOS)
+    assert list(algos) == list(learning_presets.ALGOS)
     for a in algos.values():
         assert a["seeds"] == [0] and 0 <= a["final"]["0"] <= 1 and len(a["curves"]["0"]) >= 2
     (c,) = summary["comparisons"]
     assert (c["a"], c["b"]) == ("keydoor/gigpo", "keydoor/grpo") and list(c["seeds"]) == ["0"]
     table = (tmp_path / "summary.md").read_text()
-    assert all(f"| keydoor | KeyDoor-v0 | {algo} | 1 |" in table for algo in bench_learning.ALGOS)
+    assert all(f"| keydoor | KeyDoor-v0 | {algo} | 1 |" in table for algo in learning_presets.ALGOS)
     assert table.strip() in capsys.readouterr().out
     assert (tmp_path / "curves.png").stat().st_size > 10_000
 
