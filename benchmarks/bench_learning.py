@@ -10,6 +10,8 @@
     python -m benchmarks.bench_learning --envs coin5-solved --seeds 0 --out runs/bench_solved
     python -m benchmarks.bench_learning --envs keydoor-26k --seeds 0 1 2 3 4 5 6 7 --jobs 1 \
         --out runs/bench_gigpo    # the keydoor runs (made first if missing) continued to 26,000 env steps
+    python -m benchmarks.bench_learning --envs keydoor-lr5e-4 --seeds 0 1 2 --out runs/bench_gigpo
+        # one of the default job's ablations (learning_presets.ABLATIONS), from the keydoor warm-ups
 
 The default (2 envs x 3 seeds: 6 warm-ups, 12 RL runs) takes about 50 minutes with
 `--jobs 2` on 2 otherwise idle CPU cores (estimate from the costs in PRESETS; anything
@@ -17,8 +19,8 @@ else running on the machine stretches it). TextWorld games are generated once, f
 Paired comparisons (COMPARISONS) report the per-seed differences of final success, their
 mean ± std and a Student's t 95 % interval.
 
-Per env a preset (PRESETS: config file, extra flags, env-step budget, evaluation cadence).
-For each (env, seed) the trainer's own SFT warm-up is saved once (benchmarks.bench_data's
+Per env a preset (PRESETS in benchmarks/learning_presets.py: config file, extra flags, env-step
+budget, evaluation cadence). For each (env, seed) the trainer's own SFT warm-up is saved once (benchmarks.bench_data's
 `warm_up`); GiGPO and GRPO then both start RL from it with the same seed, hyperparameters
 and env-step budget (`--max-env-steps`; a run stops at the end of the iteration that
 spends it, so it overshoots by less than one iteration). Only `--algo` differs. Held-out
