@@ -20,10 +20,11 @@ Paired comparisons (COMPARISONS) report the per-seed differences of final succes
 mean ± std and a Student's t 95 % interval.
 
 Per env a preset (PRESETS in benchmarks/learning_presets.py: config file, extra flags, env-step
-budget, evaluation cadence). For each (env, seed) the trainer's own SFT warm-up is saved once (benchmarks.bench_data's
-`warm_up`); GiGPO and GRPO then both start RL from it with the same seed, hyperparameters
-and env-step budget (`--max-env-steps`; a run stops at the end of the iteration that
-spends it, so it overshoots by less than one iteration). Only `--algo` differs. Held-out
+budget, evaluation cadence). For each (env, seed) the trainer's own SFT warm-up is saved once
+(benchmarks.bench_data's `warm_up`); GiGPO and GRPO then both start RL from it with the
+same seed, hyperparameters and env-step budget (`--max-env-steps`; a run stops at the end of
+the iteration that spends it, so it overshoots by less than one iteration). Only `--algo`
+differs. Held-out
 success is measured every `eval_every` iterations on the same held-out episodes; the
 evaluation at iteration 0 is the warm-up's score, the one after the budget the final score.
 
