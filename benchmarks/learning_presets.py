@@ -112,10 +112,15 @@ PRESETS = {
     # Measured with one process on one core: warm-up ~4 min, 16 iterations ~4 min (~250 env steps each).
     "coin3-solved": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml", COIN3, budget=100_000,
                            iterations=16, eval_every=4, eval_episodes=32),  # fmt: skip
-    # The guards on it, GiGPO from the same warm-ups: the KL early stop, and the penalty on its own step.
+    # The guards on it, from the same warm-ups: the KL early stop; group statistics over step rows (so
+    # that a group's advantages sum to 0 over its rows: under the per-trajectory baseline a penalised
+    # episode's extra rows make every all-won batch net-negative); the penalty on its own step.
     "coin3-solved-kl": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml",
                               (*COIN3, "--target-kl", "0.05"), budget=100_000, iterations=16, eval_every=4,
                               eval_episodes=32, algos=("gigpo",), warm_from="coin3-solved"),  # fmt: skip
+    "coin3-solved-baseline-step": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml",
+                                         (*COIN3, "--episode-baseline", "step"), budget=100_000, iterations=16,
+                                         eval_every=4, eval_episodes=32, warm_from="coin3-solved"),  # fmt: skip
     "coin3-solved-penalty-step": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml",
                                         (*COIN3, "--penalty-placement", "step", "--episode-baseline", "step"),
                                         budget=100_000, iterations=16, eval_every=4, eval_episodes=32,
@@ -177,6 +182,8 @@ COMPARISONS = (
     (("coin3-solved", "gigpo"), ("coin3-solved", "grpo")),
     (("coin3-solved-kl", "gigpo"), ("coin3-solved", "gigpo")),
     (("coin3-solved-penalty-step", "gigpo"), ("coin3-solved", "gigpo")),
+    (("coin3-solved-baseline-step", "gigpo"), ("coin3-solved", "gigpo")),
+    (("coin3-solved-baseline-step", "grpo"), ("coin3-solved", "grpo")),
     (("keydoor-penalty-step", "gigpo"), ("keydoor-penalty-step", "grpo")),
     (("keydoor-penalty-step", "gigpo"), ("keydoor", "gigpo")),
     (("keydoor-26k", "gigpo"), ("keydoor-26k", "grpo")),
