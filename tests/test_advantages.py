@@ -405,3 +405,17 @@ def test_per_row_penalties_need_the_step_baseline() -> None:
         gigpo_advantages([0.0, 1.0], [0, 1], [0, 0], ["a", "a"], penalties=[0.1, 0.0], norm="mean")
     with pytest.raises(ValueError, match="one value per row"):
         grpo_advantages([0.0, 1.0], [0, 1], [0, 0], episode_baseline="step", penalties=[0.1])
+
+
+def test_an_all_won_group_is_net_negative_under_the_trajectory_baseline_only() -> None:
+    # Three won episodes; the first refused one action (penalty 0.1 inside its return) and so has one row
+    # more: R = (0.9, 1, 1), mean 0.9667. Per trajectory: A = (-0.0667, +0.0333, +0.0333), and over the rows
+    # (-0.0667 twice) the batch sums to -0.0667: every update pushes down more than it pushes up. Over step
+    # rows: row scores (0.9, 0.9, 1, 1), mean 0.95, A = (-0.05, -0.05, +0.05, +0.05), summing to 0.
+    rewards, traj, group = [-0.1, 1.0, 1.0, 1.0], [0, 0, 1, 2], [0, 0, 0, 0]
+    per_traj = grpo_advantages(rewards, traj, group, norm="mean")
+    close(per_traj, [-1 / 15, -1 / 15, 1 / 30, 1 / 30])
+    assert float(per_traj.sum()) == pytest.approx(-1 / 15)
+    per_row = grpo_advantages(rewards, traj, group, norm="mean", episode_baseline="step")
+    close(per_row, [-0.05, -0.05, 0.05, 0.05])
+    assert abs(float(per_row.sum())) < 1e-6
