@@ -54,11 +54,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.learning_presets import COMPARISONS, PRESETS, Preset
+from benchmarks.learning_presets import ALGOS, COMPARISONS, PRESETS, Preset
 from benchmarks.learning_report import is_finished, plot, read_rows, summarize, table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -170,15 +170,17 @@ def run_jobs(jobs: list[Job], workers: int, done: set[str]) -> set[str]:
     return failed
 
 
-def plan(out: Path, presets: dict[str, Preset], seeds: list[int]) -> tuple[list[Job], set[str]]:
-    """(jobs still to run, names already done): per (env, seed) a warm-up, then one run per algorithm."""
+def plan(out: Path, presets: dict[str, Preset], seeds: list[int], algos: Sequence[str] = ALGOS) -> tuple[list[Job], set[str]]:
+    """(jobs still to run, names already done): per (env, seed) a warm-up, then one run per algorithm
+    of the preset's that is in `algos`."""
     jobs, done = [], set()
     for seed in seeds:
         for key, p in presets.items():
             base = out / key / f"s{seed}"
             warm_key = p.warm_from or key
             warm, warm_name = out / warm_key / f"s{seed}" / "warm", f"{warm_key}/s{seed}/warm"
-            todo = [algo for algo in p.algos if not is_finished(read_rows(base / algo), p.budget, p.iterations)]
+            todo = [algo for algo in p.algos
+                    if algo in algos and not is_finished(read_rows(base / algo), p.budget, p.iterations)]  # fmt: skip
             if not todo:
                 continue  # every run of this seed is finished: no warm-up needed (none is kept in git)
             if p.extends:
@@ -275,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--envs", nargs="+", default=["keydoor", "textworld"], choices=list(PRESETS),
                    help="presets to run (keys of PRESETS); keydoor-hard and keydoor-hard-defaults share warm-ups")  # fmt: skip
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS),
+                   help="run only these of each preset's algorithms (the summary holds whatever finished)")  # fmt: skip
     p.add_argument("--jobs", type=int, default=2, help="training processes at once (one core each)")
     p.add_argument("--out", type=Path, default=Path("runs/bench_learning"))
     p.add_argument("--budget-scale", type=float, default=1.0, help="multiplies every preset's env-step budget")
@@ -306,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    jobs, done = plan(args.out, presets, args.seeds)
+    jobs, done = plan(args.out, presets, args.seeds, args.algos)
     failed = set()
     signal.signal(signal.SIGTERM, _interrupted)  # `kill` stops the training processes too, as Ctrl-C does
     if jobs and args.summary:

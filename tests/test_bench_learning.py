@@ -318,3 +318,9 @@ def test_each_ablation_changes_one_default_and_is_compared_with_the_defaults():
         assert changed - {"algos", "warm_from"} in ({"flags"}, {"sft_steps"}), key
         assert ((key, "gigpo"), ("keydoor", "gigpo")) in COMPARISONS
         assert p.flags == () or p.warm_from == "keydoor"  # RL settings start from the defaults' warm-ups
+
+
+def test_algos_restricts_the_runs_started(tmp_path: Path):
+    preset = Preset("KeyDoor-v0", "configs/default.yaml", (), budget=3000, eval_every=2, eval_episodes=64)
+    jobs, _ = plan(tmp_path, {"keydoor": preset}, [0, 1], algos=["gigpo"])
+    assert [j.name for j in jobs] == ["keydoor/s0/warm", "keydoor/s0/gigpo", "keydoor/s1/warm", "keydoor/s1/gigpo"]
