@@ -128,11 +128,9 @@ def summarize(out: Path, presets: dict[str, Preset], seeds: list[int], compariso
                 "final": final,
                 "final_mean_std": _finite(mean_std(list(final.values()))),
                 "invalid_first_last": invalid,
-                "invalid_first_last_mean": [_mean([v[0] for v in invalid.values()]),
-                                            _mean([v[1] for v in invalid.values()])],  # fmt: skip
+                "invalid_first_last_mean": _pair_mean(invalid),
                 "held_out_invalid": held_invalid,
-                "held_out_invalid_mean": [_mean([v[0] for v in held_invalid.values()]),
-                                          _mean([v[1] for v in held_invalid.values()])],  # fmt: skip
+                "held_out_invalid_mean": _pair_mean(held_invalid),
                 "steps_to": {
                     f"{t:.0%}": {
                         "seeds": {s: steps_to_reach(c, t) for s, c in curves.items()},
@@ -164,6 +162,17 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _pair_mean(pairs: dict) -> list[float | None]:
+    """The mean first and the mean last value of per-seed [first, last] pairs (None without seeds)."""
+    return [_mean([v[0] for v in pairs.values()]), _mean([v[1] for v in pairs.values()])]
+
+
+def _percent_pair(pair: Sequence[float | None] | None) -> str:
+    """A [first, last] pair of fractions as "first → last" in percent, "-" when there is none."""
+    first, last = pair or (None, None)
+    return "-" if first is None else f"{100 * first:.1f} → {100 * last:.1f}"
+
+
 def _finite(values: Sequence[float]) -> list[float | None]:
     """nan as None: JSON has no NaN."""
     return [None if math.isnan(v) else v for v in values]
@@ -190,10 +199,7 @@ def table(summary: dict) -> str:
         for algo, a in s["algos"].items():
             reach = [f"{_steps(r['mean_curve'])} ({', '.join(_steps(v) for v in r['seeds'].values()) or '-'})"
                      for r in a["steps_to"].values()]  # fmt: skip
-            first, last = a.get("invalid_first_last_mean", (None, None))
-            invalid = "-" if first is None else f"{100 * first:.1f} → {100 * last:.1f}"
-            first, last = a.get("held_out_invalid_mean", (None, None))
-            held = "-" if first is None else f"{100 * first:.1f} → {100 * last:.1f}"
+            invalid, held = _percent_pair(a.get("invalid_first_last_mean")), _percent_pair(a.get("held_out_invalid_mean"))
             lines.append(f"| {key} | {s['env']} | {algo} | {len(a['seeds'])} | {_mean_std(a['warm_up_mean_std'])} "
                          f"| {_mean_std(a['final_mean_std'])} | {' | '.join(reach)} | {invalid} | {held} |")  # fmt: skip
     lines += ["", "| a − b, final (points) | mean ± std | 95 % interval | per seed |", "|---|---|---|---|"]
