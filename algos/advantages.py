@@ -50,6 +50,7 @@ _SCALES = ("group", "batch")
 
 ALGOS = ("grpo", "gigpo", "rloo")
 PLACEMENTS = ("return", "step")
+PAPER_BASELINE = "trajectory"  # the estimators' own default: the paper's per-trajectory group statistics
 ANCHORS = ("state_key", "similarity")
 STEP_PLACEMENT = ("--penalty-placement step charges each step its own penalty inside the group's step-row "
                   "statistics: use it with --episode-baseline step and --algo gigpo or grpo")  # fmt: skip
@@ -65,8 +66,9 @@ class AdvantageConfig:
     """Weight of the step-level advantage in GiGPO."""
     norm: str = "mean_std"
     """mean (subtract the group mean) or mean_std (also divide by the group std)."""
-    episode_baseline: str = "trajectory"
-    """Group statistics over trajectories (the paper) or over step rows (verl-agent)."""
+    episode_baseline: str = "step"
+    """Group statistics over trajectories (the paper) or over step rows (verl-agent): over rows a group's
+    advantages sum to 0, where per trajectory a penalised episode's extra rows push a batch net-negative."""
     scale: str = "group"
     """With norm=mean_std, divide by the group's std or the whole batch's (TRL: scale_rewards)."""
     anchor: str = "state_key"
@@ -75,14 +77,15 @@ class AdvantageConfig:
     """anchor=similarity: observations with difflib ratio >= this share an anchor state."""
     invalid_penalty: float = 0.1
     """Charged to a step whose action is unparseable or rejected (where: penalty_placement)."""
-    penalty_placement: str = "return"
+    penalty_placement: str = "auto"
     """return: the penalty is taken off the step's reward, so it enters the episode return and every earlier
     step's discounted return; step: only off the faulty step's own episode score and step return, after
-    the returns are formed (verl-agent's way; needs episode_baseline=step)."""
+    the returns are formed (verl-agent's way; needs episode_baseline=step); auto: step where it can be
+    (episode_baseline=step, algo gigpo or grpo), else return."""
 
     def check(self) -> None:
         """The section's own values (penalty placement against --algo: algos/validate.py). Raises ValueError."""
-        for name, allowed in (("norm", _NORMS), ("episode_baseline", _BASELINES), ("penalty_placement", PLACEMENTS),
+        for name, allowed in (("norm", _NORMS), ("episode_baseline", _BASELINES), ("penalty_placement", ("auto", *PLACEMENTS)),
                               ("scale", _SCALES), ("anchor", ANCHORS)):  # fmt: skip
             choose(name, getattr(self, name), allowed)
         if self.penalty_placement == "step" and self.invalid_penalty and self.episode_baseline != "step":
@@ -92,6 +95,15 @@ class AdvantageConfig:
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1] (got {self.gamma})")
         at_least("invalid_penalty", self.invalid_penalty, 0)
+
+
+def penalty_placement(cfg: AdvantageConfig, algo: str) -> str:
+    """Where `cfg` puts the invalid-action penalty under --algo `algo`: its own placement, or for auto
+    the faulty step's own scores wherever the group statistics are over step rows (GiGPO and GRPO with
+    episode_baseline=step; RLOO has no step rows to charge), else inside the returns."""
+    if cfg.penalty_placement != "auto":
+        return cfg.penalty_placement
+    return "step" if cfg.episode_baseline == "step" and algo in ("gigpo", "grpo") else "return"
 
 
 F32 = npt.NDArray[np.float32]
@@ -244,7 +256,7 @@ def grpo_advantages(
     group_ids: npt.ArrayLike,
     *,
     norm: str = AdvantageConfig.norm,
-    episode_baseline: str = AdvantageConfig.episode_baseline,
+    episode_baseline: str = PAPER_BASELINE,
     scale: str = AdvantageConfig.scale,
     penalties: npt.ArrayLike | None = None,
 ) -> F32:
@@ -286,7 +298,7 @@ def gigpo_advantages(
     gamma: float = AdvantageConfig.gamma,
     omega: float = AdvantageConfig.omega,
     norm: str = AdvantageConfig.norm,
-    episode_baseline: str = AdvantageConfig.episode_baseline,
+    episode_baseline: str = PAPER_BASELINE,
     scale: str = AdvantageConfig.scale,
     penalties: npt.ArrayLike | None = None,
 ) -> F32:
@@ -307,7 +319,7 @@ def gigpo_terms(
     *,
     gamma: float = AdvantageConfig.gamma,
     norm: str = AdvantageConfig.norm,
-    episode_baseline: str = AdvantageConfig.episode_baseline,
+    episode_baseline: str = PAPER_BASELINE,
     scale: str = AdvantageConfig.scale,
     penalties: npt.ArrayLike | None = None,
 ) -> tuple[F64, F64]:

@@ -25,6 +25,7 @@ from algos.advantages import (
     anchor_group_sizes,
     gigpo_terms,
     grpo_advantages,
+    penalty_placement,
     rloo_advantages,
     similarity_keys,
 )
@@ -38,7 +39,7 @@ NEGLIGIBLE = 1e-6  # |advantage| below this is float noise around zero: the samp
 def compute_advantages(algo: str, cfg: AdvantageConfig, steps: Sequence[Step]) -> tuple[F32, dict[str, float]]:
     """One advantage per step row (rows of a trajectory in time order) for --algo `algo`, and the
     batch's advantage and anchor-group statistics."""
-    rewards, traj_ids, group_ids, keys, common = advantage_inputs(cfg, steps)
+    rewards, traj_ids, group_ids, keys, common = advantage_inputs(cfg, steps, algo)
     split = {}
     if algo == "gigpo":
         ep, step = gigpo_terms(rewards, traj_ids, group_ids, keys, gamma=cfg.gamma, **common)
@@ -68,13 +69,13 @@ def invalid_positive(adv: npt.ArrayLike, steps: Sequence[Step]) -> float:
     return float((np.asarray(adv)[invalid] > 0).mean()) if invalid.any() else 0.0
 
 
-def advantage_inputs(cfg: AdvantageConfig, steps: Sequence[Step]) -> tuple[F64, I64, I64, list, dict]:
-    """What the advantage functions take for these step rows under `cfg`: (rewards, with the invalid-
-    action penalty inside them unless it is placed on the step; traj ids; group ids; anchor keys;
-    the keyword options, with the per-row penalties when they are placed on the step)."""
+def advantage_inputs(cfg: AdvantageConfig, steps: Sequence[Step], algo: str) -> tuple[F64, I64, I64, list, dict]:
+    """What the advantage functions take for these step rows under `cfg` and --algo `algo`: (rewards,
+    with the invalid-action penalty inside them unless it is placed on the step; traj ids; group ids;
+    anchor keys; the keyword options, with the per-row penalties when they are placed on the step)."""
     penalty = np.array([cfg.invalid_penalty * (not s.action_valid) for s in steps])
     rewards = np.array([s.reward for s in steps])
-    placed = dict(penalties=penalty) if cfg.penalty_placement == "step" and cfg.invalid_penalty else {}
+    placed = dict(penalties=penalty) if penalty_placement(cfg, algo) == "step" and cfg.invalid_penalty else {}
     if not placed:  # inside the returns: the step's reward, before returns and advantages
         rewards = rewards - penalty
     traj_ids = np.array([s.traj_id for s in steps])

@@ -1,8 +1,8 @@
 """What every "unset" option means for this run, filled in once, before anything reads it.
 
 A flag left unset (`--sft-steps`, `--min-update-samples`, `--output-dir`) or set to `auto`
-(`--autocast`, `--rollout-is`) has a meaning that depends on the run: its model, its device, its
-env, its clock. `resolve` works each out in one place and returns the config with the values
+(`--autocast`, `--rollout-is`, `--penalty-placement`) has a meaning that depends on the run: its
+model, its device, its env, its algorithm, its clock. `resolve` works each out in one place and returns the config with the values
 filled in; the learner, the sampler and the backends then take what it resolved, and config.yaml
 records it (a resumed run reads the resolved values back and resolves nothing again).
 
@@ -16,6 +16,7 @@ records it (a resumed run reads the resolved values back and resolves nothing ag
     min_update_samples  group_size: one group's worth of informative samples
     micro_batch_tokens  CHAT_MICRO_BATCH_TOKENS in the chat context, else 0 (no cap)
     lora_alpha          2 x lora_rank (with LoRA)
+    penalty_placement   step with episode_baseline=step under gigpo or grpo, else return
     max_context_tokens  (chat context) at most the model's max_position_embeddings, with a note
     vllm_max_model_len  max_prompt_tokens + max_new_tokens (chat context: max_context_tokens)
     sync_tolerance      by dtype (algos/weight_sync.py TOLERANCE: float32 1e-3, bf16 0.25, fp16 0.1)
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from agents.model import parameter_count, positions, precision, resolve_model
 from algos import distributed
+from algos.advantages import penalty_placement
 from algos.config import DEFAULT_SFT_STEPS, Config
 from algos.run_dir import TRAINER_STATE
 from algos.sft import has_expert
@@ -73,5 +75,6 @@ def resolve(cfg: Config, world: distributed.World, device: str) -> Config:
     longest = sampling.max_context_tokens if sampling.context == "chat" else sampling.max_prompt_tokens + sampling.max_new_tokens
     engine = replace(engine, vllm_max_model_len=engine.vllm_max_model_len or longest,
                      sync_tolerance=tolerance_for(cfg.dtype, engine.sync_tolerance))  # fmt: skip
+    advantages = replace(cfg.advantages, penalty_placement=penalty_placement(cfg.advantages, cfg.algo))
     return replace(cfg, output_dir=distributed.broadcast(output_dir, world), sft=replace(cfg.sft, sft_steps=sft_steps),
-                   learner=learner, scaling=scaling, engine=engine, sampling=sampling)  # fmt: skip
+                   learner=learner, scaling=scaling, engine=engine, sampling=sampling, advantages=advantages)  # fmt: skip

@@ -37,6 +37,12 @@ class Preset:
 
 
 COIN5 = ("--env-kwargs", "level", "5", "num_games", "32", "num_held_out", "32")  # coin collector level 5, 32 games
+# The invalid-action penalty on the faulty step's own reward, with group statistics over step rows:
+# the defaults since the no-harm measurements (docs/benchmarks.md, "No harm"), named where a preset
+# compares them. The presets measured before name the earlier defaults, the penalty inside the returns
+# with per-trajectory statistics, so that their runs reproduce under today's.
+PENALTY_STEP = ("--penalty-placement", "step", "--episode-baseline", "step")
+RETURN_PLACEMENT = ("--penalty-placement", "return", "--episode-baseline", "trajectory")
 COIN3 = ("--env-kwargs", "level", "3", "num_games", "32", "num_held_out", "32")
 PRESETS = {
     # The default job's config: ~1,300 env steps per iteration (dynamic sampling adds groups), 18 s
@@ -44,7 +50,8 @@ PRESETS = {
     # each) while a third process held a core: 44-55 s per iteration (train 31-37 s), an evaluation of
     # 32 episodes ~6 s; with a free core each that is ~30 s per iteration (~22 ms per env step).
     # 13,000 env steps = ~10 iterations: ~6 min per run with its 6 evaluations.
-    "keydoor": Preset("KeyDoor-v0", "configs/default.yaml", (), budget=13_000, eval_every=2, eval_episodes=64),
+    "keydoor": Preset("KeyDoor-v0", "configs/default.yaml", RETURN_PLACEMENT, budget=13_000, eval_every=2,
+                      eval_episodes=64),  # fmt: skip
     # configs/textworld_coin.yaml at level 7 (7-step routes; level 10 costs 65 s per iteration, level 3
     # is solved by the warm-up alone) with 4 groups of 8. Measured with one process on one core
     # (OMP_NUM_THREADS=1): SFT warm-up 5.5 min, held-out success after it 44 %; iterations 45-53 s at
@@ -54,7 +61,7 @@ PRESETS = {
     "textworld": Preset(
         "TextWorld-CoinCollector-v0",
         "configs/textworld_coin.yaml",
-        ("--env-kwargs", "level", "7", "--num-groups", "4"),
+        ("--env-kwargs", "level", "7", "--num-groups", "4", *RETURN_PLACEMENT),
         budget=4_000,
         eval_every=2,
         eval_episodes=32,
@@ -77,7 +84,7 @@ PRESETS = {
     "keydoor-hard-defaults": Preset(
         "KeyDoor-Hard-v0",
         "configs/keydoor_hard.yaml",
-        ("--target-kl", "0", "--sft-episodes", "200"),  # as before the KL early stop existed; the same warm-up
+        ("--target-kl", "0", "--sft-episodes", "200", *RETURN_PLACEMENT),  # as before the KL early stop; the same warm-up
         budget=6_000,
         eval_every=2,
         eval_episodes=48,
@@ -90,7 +97,7 @@ PRESETS = {
     "coin5-solved": Preset(
         "TextWorld-CoinCollector-v0",
         "configs/textworld_coin.yaml",
-        COIN5,
+        (*COIN5, *RETURN_PLACEMENT),
         budget=2_600,
         eval_every=4,
         eval_episodes=32,
@@ -101,76 +108,82 @@ PRESETS = {
     # advantages: in a state the agent is stuck in, a later row has fewer penalties still to come.
     # The default job's runs continued to twice the budget (about the README job's 24 iterations): at
     # 13,000 env steps neither algorithm gained 15 points over the shared warm-up on average (7 seeds).
-    "keydoor-26k": Preset("KeyDoor-v0", "configs/default.yaml", (), budget=26_000, eval_every=2, eval_episodes=64,
+    "keydoor-26k": Preset("KeyDoor-v0", "configs/default.yaml", RETURN_PLACEMENT, budget=26_000, eval_every=2, eval_episodes=64,
                           extends="keydoor"),  # fmt: skip
     "keydoor-penalty-step": Preset("KeyDoor-v0", "configs/default.yaml",
-                                   ("--penalty-placement", "step", "--episode-baseline", "step"), budget=13_000,
+                                   PENALTY_STEP, budget=13_000,
                                    eval_every=2, eval_episodes=64, warm_from="keydoor"),  # fmt: skip
     # No harm (issue 34): coin collector level 3 (3-step routes), 32 training and 32 held-out games, whose
     # warm-up should already win (nearly) every held-out game. 16 iterations of the default settings
     # should keep held-out success within 5 points of the warm-up, invalid actions within 2 points.
     # Measured with one process on one core: warm-up ~4 min, 16 iterations ~4 min (~250 env steps each);
     # the warm-ups of seeds 0-2 win 93.8, 100 and 100 % (docs/benchmarks.md, "No harm").
-    "coin3-solved": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml", COIN3, budget=100_000,
+    "coin3-solved": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml", (*COIN3, *RETURN_PLACEMENT),
+                           budget=100_000,
                            iterations=16, eval_every=4, eval_episodes=32),  # fmt: skip
     # The guards on it, from the same warm-ups: the KL early stop; group statistics over step rows (so
     # that a group's advantages sum to 0 over its rows: under the per-trajectory baseline a penalised
     # episode's extra rows make every all-won batch net-negative); the penalty on its own step.
     "coin3-solved-kl": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml",
-                              (*COIN3, "--target-kl", "0.05"), budget=100_000, iterations=16, eval_every=4,
+                              (*COIN3, *RETURN_PLACEMENT, "--target-kl", "0.05"), budget=100_000, iterations=16, eval_every=4,
                               eval_episodes=32, algos=("gigpo",), warm_from="coin3-solved"),  # fmt: skip
     "coin3-solved-baseline-step": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml",
-                                         (*COIN3, "--episode-baseline", "step"), budget=100_000, iterations=16,
+                                         (*COIN3, "--penalty-placement", "return", "--episode-baseline", "step"), budget=100_000, iterations=16,
                                          eval_every=4, eval_episodes=32, warm_from="coin3-solved"),  # fmt: skip
     "coin3-solved-penalty-step": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml",
-                                        (*COIN3, "--penalty-placement", "step", "--episode-baseline", "step"),
-                                        budget=100_000, iterations=16, eval_every=4, eval_episodes=32,
-                                        algos=("gigpo",), warm_from="coin3-solved"),  # fmt: skip
+                                        (*COIN3, *PENALTY_STEP), budget=100_000, iterations=16,
+                                        eval_every=4, eval_episodes=32, warm_from="coin3-solved"),  # fmt: skip
     # Chat against window context (issue 33): GiGPO alone, each context with its own warm-up of the same
     # settings (90 SFT steps on the same expert demonstrations, read as that context's prompts), the same
     # seed, hyperparameters and env-step budget. The window arm with memory 1 is the default job's
     # setting, so it shares the keydoor / coin5-solved warm-ups.
-    "keydoor-window": Preset("KeyDoor-v0", "configs/default.yaml", (), budget=13_000, eval_every=2,
+    "keydoor-window": Preset("KeyDoor-v0", "configs/default.yaml", RETURN_PLACEMENT, budget=13_000, eval_every=2,
                              eval_episodes=64, algos=("gigpo",), warm_from="keydoor"),  # fmt: skip
-    "keydoor-memory3": Preset("KeyDoor-v0", "configs/default.yaml", ("--memory", "3"), budget=13_000,
+    "keydoor-memory3": Preset("KeyDoor-v0", "configs/default.yaml", (*RETURN_PLACEMENT, "--memory", "3"), budget=13_000,
                               eval_every=2, eval_episodes=64, algos=("gigpo",)),  # fmt: skip
-    "keydoor-chat": Preset("KeyDoor-v0", "configs/default.yaml", ("--context", "chat"), budget=13_000,
+    "keydoor-chat": Preset("KeyDoor-v0", "configs/default.yaml", (*RETURN_PLACEMENT, "--context", "chat"), budget=13_000,
                            eval_every=2, eval_episodes=64, algos=("gigpo",)),  # fmt: skip
-    "coin5-window": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml", COIN5, budget=2_600,
+    "coin5-window": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml", (*COIN5, *RETURN_PLACEMENT), budget=2_600,
                            eval_every=4, eval_episodes=32, algos=("gigpo",), warm_from="coin5-solved"),  # fmt: skip
-    "coin5-memory3": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml", (*COIN5, "--memory", "3"),
+    "coin5-memory3": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml", (*COIN5, *RETURN_PLACEMENT, "--memory", "3"),
                             budget=2_600, eval_every=4, eval_episodes=32, algos=("gigpo",)),  # fmt: skip
-    "coin5-chat": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml", (*COIN5, "--context", "chat"),
+    "coin5-chat": Preset("TextWorld-CoinCollector-v0", "configs/textworld_coin.yaml", (*COIN5, *RETURN_PLACEMENT, "--context", "chat"),
                          budget=2_600, eval_every=4, eval_episodes=32, algos=("gigpo",)),  # fmt: skip
     # Sokoban level 1 (5x5, one box, optimal plans of 6-15 moves, 30-step limit): a short run, to show
     # the env trains end to end; one seed is a demonstration, not a comparison.
-    "sokoban": Preset("Sokoban-v0", "configs/sokoban.yaml", (), budget=3_000, eval_every=2, eval_episodes=32),
+    "sokoban": Preset("Sokoban-v0", "configs/sokoban.yaml", RETURN_PLACEMENT, budget=3_000, eval_every=2, eval_episodes=32),
 }
 # Ablations of the default job (issue 34): GiGPO from the keydoor warm-ups (the sft ones make their
 # own, with another number of SFT steps), one setting changed at a time, the keydoor preset's budget
-# and evaluations; each is compared seed by seed against keydoor/gigpo (the defaults).
-ABLATIONS = {
-    "lr5e-4": ("--lr", "5e-4"),
-    "lr5e-5": ("--lr", "5e-5"),
-    "epochs1": ("--ppo-epochs", "1"),
-    "epochs4": ("--ppo-epochs", "4"),
-    "groups16x4": ("--num-groups", "16", "--group-size", "4"),  # the same 64 rollouts per iteration
-    "baseline-step": ("--episode-baseline", "step"),
-    "norm-mean": ("--norm", "mean"),
-    "target-kl": ("--target-kl", "0.05"),
-    "temp0.7": ("--temperature", "0.7"),
+# and evaluations; each is compared seed by seed against its base, on the same seeds. The first ones
+# were measured while the penalty sat inside the returns (base: keydoor); the rest change the present
+# defaults, the penalty on its own step (base: keydoor-penalty-step).
+ABLATIONS = {  # the flags of each run: the earlier defaults, one setting changed
+    "lr5e-4": (*RETURN_PLACEMENT, "--lr", "5e-4"),
+    "epochs4": (*RETURN_PLACEMENT, "--ppo-epochs", "4"),
+    "baseline-step": ("--penalty-placement", "return", "--episode-baseline", "step"),
+    "norm-mean": (*RETURN_PLACEMENT, "--norm", "mean"),
+    "temp0.7": (*RETURN_PLACEMENT, "--temperature", "0.7"),
+}
+ABLATIONS_STEP = {  # today's defaults, one setting changed
+    "lr5e-5": (*PENALTY_STEP, "--lr", "5e-5"),
+    "epochs1": (*PENALTY_STEP, "--ppo-epochs", "1"),
+    "groups16x4": (*PENALTY_STEP, "--num-groups", "16", "--group-size", "4"),  # the same 64 rollouts per iteration
+    "target-kl": (*PENALTY_STEP, "--target-kl", "0.05"),
 }
 PRESETS |= {
     f"keydoor-{name}": Preset("KeyDoor-v0", "configs/default.yaml", flags, budget=13_000, eval_every=2,
                               eval_episodes=64, algos=("gigpo",), warm_from="keydoor")  # fmt: skip
-    for name, flags in ABLATIONS.items()
+    for name, flags in (ABLATIONS | ABLATIONS_STEP).items()
 }
 PRESETS |= {
-    f"keydoor-sft{steps}": Preset("KeyDoor-v0", "configs/default.yaml", (), budget=13_000, eval_every=2,
+    f"keydoor-sft{steps}": Preset("KeyDoor-v0", "configs/default.yaml", PENALTY_STEP, budget=13_000, eval_every=2,
                                   eval_episodes=64, sft_steps=steps, algos=("gigpo",))  # fmt: skip
     for steps in (45, 180)
 }
-ABLATION_KEYS = tuple(f"keydoor-{name}" for name in ABLATIONS) + ("keydoor-sft45", "keydoor-sft180")
+ABLATION_BASES = {f"keydoor-{name}": "keydoor" for name in ABLATIONS} | {
+    key: "keydoor-penalty-step" for key in (*(f"keydoor-{n}" for n in ABLATIONS_STEP), "keydoor-sft45", "keydoor-sft180")
+}
 # (preset, algo) pairs whose final success is compared seed by seed: a - b, from the same warm-ups.
 COMPARISONS = (
     (("keydoor", "gigpo"), ("keydoor", "grpo")),
@@ -183,6 +196,8 @@ COMPARISONS = (
     (("coin3-solved", "gigpo"), ("coin3-solved", "grpo")),
     (("coin3-solved-kl", "gigpo"), ("coin3-solved", "gigpo")),
     (("coin3-solved-penalty-step", "gigpo"), ("coin3-solved", "gigpo")),
+    (("coin3-solved-penalty-step", "grpo"), ("coin3-solved", "grpo")),
+    (("coin3-solved-penalty-step", "gigpo"), ("coin3-solved-penalty-step", "grpo")),
     (("coin3-solved-baseline-step", "gigpo"), ("coin3-solved", "gigpo")),
     (("coin3-solved-baseline-step", "grpo"), ("coin3-solved", "grpo")),
     (("keydoor-penalty-step", "gigpo"), ("keydoor-penalty-step", "grpo")),
@@ -196,5 +211,5 @@ COMPARISONS = (
     (("coin5-chat", "gigpo"), ("coin5-window", "gigpo")),
     (("coin5-chat", "gigpo"), ("coin5-memory3", "gigpo")),
     (("coin5-memory3", "gigpo"), ("coin5-window", "gigpo")),
-    *(((key, "gigpo"), ("keydoor", "gigpo")) for key in ABLATION_KEYS),
+    *(((key, "gigpo"), (base, "gigpo")) for key, base in ABLATION_BASES.items()),
 )

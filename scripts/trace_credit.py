@@ -3,7 +3,7 @@ into GRPO's episode term and GiGPO's anchor-state step term.
 
     python -m scripts.trace_credit --checkpoint runs/RUN/checkpoints/iter_0 --tasks 0 1 2 3 \
         --output eval/credit.md
-    python -m scripts.trace_credit --checkpoint CKPT --advantages penalty_placement step episode_baseline step
+    python -m scripts.trace_credit --checkpoint CKPT --advantages penalty_placement return episode_baseline trajectory
 
 Each task (a training reset seed) is played by one group of the checkpoint's group size, sampled at
 its training temperature, with its advantage settings (`--algo gigpo`'s, whatever the run's algo was)
@@ -97,7 +97,7 @@ def trace(cfg, trajectories) -> str:
 
     a = cfg.advantages
     steps = [s for t in trajectories for s in t.steps]
-    rewards, traj_ids, group_ids, keys, common = credit.advantage_inputs(a, steps)
+    rewards, traj_ids, group_ids, keys, common = credit.advantage_inputs(a, steps, "gigpo")
     ep, step = adv.gigpo_terms(rewards, traj_ids, group_ids, keys, gamma=a.gamma, **common)
     step = a.omega * step
     returns = adv.discounted_returns(rewards, traj_ids, a.gamma) - common.get("penalties", 0.0)  # as GiGPO's step term reads them
@@ -108,7 +108,7 @@ def trace(cfg, trajectories) -> str:
     row_of = {id(s): i for i, s in enumerate(steps)}
     out = [f"# Credit on {cfg.env}: {len(trajectories)} episodes in {len(set(group_ids.tolist()))} groups",
            "", f"gamma {a.gamma}, omega {a.omega}, norm {a.norm}, episode baseline {a.episode_baseline}, "
-           f"invalid penalty {a.invalid_penalty} ({a.penalty_placement})", "",
+           f"invalid penalty {a.invalid_penalty} ({adv.penalty_placement(a, "gigpo")})", "",
            "| group (task) | won | rows | step share | step term not 0 | anchor group size: mean, max |",
            "|---|---|---|---|---|---|"]  # fmt: skip
     by_group: dict[int, list] = {}

@@ -11,11 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from algos.advantages import (
+    AdvantageConfig,
     anchor_group_sizes,
     discounted_returns,
     gigpo_advantages,
     gigpo_terms,
     grpo_advantages,
+    penalty_placement,
     rloo_advantages,
     similarity_keys,
 )
@@ -419,3 +421,11 @@ def test_an_all_won_group_is_net_negative_under_the_trajectory_baseline_only() -
     per_row = grpo_advantages(rewards, traj, group, norm="mean", episode_baseline="step")
     close(per_row, [-0.05, -0.05, 0.05, 0.05])
     assert abs(float(per_row.sum())) < 1e-6
+
+
+def test_the_auto_placement_charges_the_faulty_step_wherever_rows_are_pooled() -> None:
+    rows = AdvantageConfig()  # the defaults: step-row statistics, auto placement
+    assert [penalty_placement(rows, algo) for algo in ("gigpo", "grpo", "rloo")] == ["step", "step", "return"]
+    paper = AdvantageConfig(episode_baseline="trajectory")
+    assert [penalty_placement(paper, algo) for algo in ("gigpo", "grpo", "rloo")] == ["return"] * 3
+    assert penalty_placement(AdvantageConfig(penalty_placement="return"), "gigpo") == "return"  # as asked

@@ -184,6 +184,9 @@ def test_a_bad_input_is_one_line(case, flags, code, needle, tmp_path, tiny_path)
         (["--warmup-steps", "-1"], "warmup_steps must be >= 0 (got -1)"),
         (["--max-grad-norm", "0"], "max_grad_norm must be > 0 (got 0.0)"),
         (["--env-kwargs", "level"], "'level' has no value; pass KEY VALUE or KEY=VALUE"),
+        (["--algo", "rloo", "--penalty-placement", "step"], "use it with --episode-baseline step and --algo gigpo"),
+        (["--penalty-placement", "step", "--episode-baseline", "trajectory"], "use it with --episode-baseline step"),
+        (["--penalty-placement", "faulty"], "choose one of: auto, return, step"),
     ],
 )
 def test_a_config_mistake_is_one_line_and_exit_code_2(capsys, flags, needle, tmp_path):

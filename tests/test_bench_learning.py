@@ -308,16 +308,39 @@ def test_held_out_invalid_actions_after_the_warm_up_and_at_the_end(tmp_path: Pat
     assert row.endswith("| 30.0 → 10.0 | 7.5 → 3.0 |")
 
 
-def test_each_ablation_changes_one_default_and_is_compared_with_the_defaults():
-    from benchmarks.learning_presets import ABLATION_KEYS
+def test_each_ablation_changes_one_setting_of_its_base_and_is_compared_with_it():
+    from algos.cli import parse_config
+    from benchmarks.learning_presets import ABLATION_BASES
 
-    base = PRESETS["keydoor"]
-    for key in ABLATION_KEYS:
-        p = PRESETS[key]
+    def settings(p: Preset) -> dict:
+        cfg = parse_config(["--config", p.config, *p.flags])
+        return {f"{name}.{k}": v for name in ("advantages", "learner", "sampling", "data")
+                for k, v in dataclasses.asdict(getattr(cfg, name)).items()}  # fmt: skip
+
+    assert len(ABLATION_BASES) == 11
+    for key, base_key in ABLATION_BASES.items():
+        p, base = PRESETS[key], PRESETS[base_key]
         changed = {f.name for f in dataclasses.fields(Preset) if getattr(p, f.name) != getattr(base, f.name)}
         assert changed - {"algos", "warm_from"} in ({"flags"}, {"sft_steps"}), key
-        assert ((key, "gigpo"), ("keydoor", "gigpo")) in COMPARISONS
-        assert p.flags == () or p.warm_from == "keydoor"  # RL settings start from the defaults' warm-ups
+        a, b = settings(p), settings(base)
+        differ = {k for k in a if a[k] != b[k]}
+        assert differ in ({"advantages.episode_baseline"}, {"learner.lr"}, {"learner.ppo_epochs"}, {"learner.target_kl"},
+                          {"advantages.norm"}, {"sampling.temperature"}, {"data.num_groups", "data.group_size"},
+                          set()), (key, differ)  # fmt: skip
+        assert bool(differ) != (changed - {"algos", "warm_from"} == {"sft_steps"}), key  # one change, never none
+        assert ((key, "gigpo"), (base_key, "gigpo")) in COMPARISONS
+        assert p.sft_steps != 90 or p.warm_from == "keydoor"  # RL settings start from the defaults' warm-ups
+
+
+def test_the_default_job_is_the_step_placement_and_earlier_presets_name_theirs():
+    from algos.cli import parse_config
+    from benchmarks.learning_presets import PENALTY_STEP, RETURN_PLACEMENT
+
+    default = parse_config([]).advantages
+    assert (default.episode_baseline, default.penalty_placement) == ("step", "auto")  # auto: step under gigpo, grpo
+    assert PENALTY_STEP == ("--penalty-placement", "step", "--episode-baseline", "step")
+    assert PRESETS["keydoor-penalty-step"].flags == PENALTY_STEP
+    assert set(RETURN_PLACEMENT) <= set(PRESETS["keydoor"].flags)  # its committed runs reproduce
 
 
 def test_algos_restricts_the_runs_started(tmp_path: Path):

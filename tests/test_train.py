@@ -72,7 +72,9 @@ def test_one_iteration_writes_the_run_directory_contract(tmp_path, algo, warm):
         assert rl[0][key] is not None, key
     assert 0.0 <= rl[0]["rollout/success_rate"] <= 1.0
     assert any("eval/success_rate" in r for r in rows if r["iteration"] == 0)  # of the starting model
-    assert yaml.safe_load((out / "config.yaml").read_text())["algo"] == algo[0]
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["algo"] == algo[0]
+    assert saved["penalty_placement"] == ("return" if algo[0] == "rloo" else "step")  # auto, resolved and recorded
     assert list(out.glob("events.out.tfevents.*"))
     assert (out / "transcripts.jsonl").read_text().strip()
     ckpt = out / "checkpoints" / "iter_1"

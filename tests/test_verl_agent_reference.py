@@ -130,12 +130,24 @@ def test_a_seeded_batch_of_a_thousand_rows_matches() -> None:
     assert len(rows) > 1000 and np.max(np.abs(ours - theirs)) <= 1e-5
 
 
-def test_today_s_defaults_differ_from_it() -> None:
-    """The default config (penalty in the returns, per-trajectory baseline) is not verl-agent's."""
+@settings(max_examples=60, deadline=None)
+@given(rows=batches())
+def test_the_default_advantages_are_verl_agent_s(rows) -> None:
+    """The default section (step-row statistics, the penalty on its own step under auto) computes
+    verl-agent's GiGPO advantages; only the learner settings of the preset differ."""
+    cfg = parse_config([])
+    ours, _ = compute_advantages("gigpo", cfg.advantages, as_steps(rows))
+    a = cfg.advantages
+    assert np.max(np.abs(ours - verl_agent_gigpo(rows, a.gamma, a.invalid_penalty, a.omega, "mean_std_norm"))) <= 1e-5
+
+
+def test_the_paper_s_placement_differs_from_it() -> None:
+    """The penalty inside the returns with per-trajectory statistics is not verl-agent's."""
     rows = [dict(group=0, traj=t, obs=o, reward=r, valid=v)
             for t, path in enumerate([[("a", 0, True), ("b", 1, True)], [("a", 0, False), ("c", 0, True)]])
             for o, r, v in path]  # fmt: skip
-    ours, _ = compute_advantages("gigpo", parse_config([]).advantages, as_steps(rows))
+    paper = parse_config(["--penalty-placement", "return", "--episode-baseline", "trajectory"])
+    ours, _ = compute_advantages("gigpo", paper.advantages, as_steps(rows))
     theirs = verl_agent_gigpo(rows, 0.95, 0.1, 1.0, "mean_std_norm")
     assert np.max(np.abs(ours - theirs)) > 0.1
 
