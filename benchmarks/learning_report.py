@@ -103,7 +103,7 @@ def read_rows(run: Path) -> list[dict]:
 # ---- report ------------------------------------------------------------------------
 def summarize(out: Path, presets: dict[str, Preset], seeds: list[int], comparisons: Comparisons = ()) -> dict:
     """The finished runs of `presets` under <out>/<preset>/s<seed>/<algo>, and `comparisons` among them."""
-    from scripts.plot import read_series
+    from scripts.plot import series
 
     summary = {}
     for key, p in presets.items():
@@ -111,12 +111,12 @@ def summarize(out: Path, presets: dict[str, Preset], seeds: list[int], compariso
         for algo in p.algos:
             curves, invalid, held_invalid = {}, {}, {}
             for seed in seeds:
-                run = out / key / f"s{seed}" / algo
-                if is_finished(read_rows(run), p.budget, p.iterations):
-                    curves[seed] = list(zip(*read_series(run, "eval/success_rate", "data/env_steps_total")))
-                    rate = read_series(run, "rollout/invalid_action_rate", "iteration")[1]
+                rows = read_rows(out / key / f"s{seed}" / algo)
+                if is_finished(rows, p.budget, p.iterations):
+                    curves[seed] = list(zip(*series(rows, "eval/success_rate", "data/env_steps_total")))
+                    rate = series(rows, "rollout/invalid_action_rate", "iteration")[1]
                     invalid[seed] = [rate[0], rate[-1]]  # the first and the last iteration's rollouts
-                    held = read_series(run, "eval/invalid_action_rate", "iteration")[1]
+                    held = series(rows, "eval/invalid_action_rate", "iteration")[1]
                     if len(held) == len(curves[seed]):  # logged at every evaluation (runs since it exists)
                         held_invalid[seed] = [held[0], held[-1]]  # after the warm-up, and the final one
             warm, final = {s: c[0][1] for s, c in curves.items()}, {s: c[-1][1] for s, c in curves.items()}

@@ -23,10 +23,14 @@ DEFAULT_METRICS = ("eval/success_rate", "rollout/success_rate", "rollout/episode
 
 
 def read_series(run: Path, metric: str, x: str) -> tuple[list[float], list[float]]:
-    """(xs, ys) of one metric: rows holding it, x from the same row (or the iteration's rows)."""
+    """(xs, ys) of one metric of a run (`series` of its metrics.jsonl rows)."""
     from algos.run_dir import read_metrics
 
-    rows = read_metrics(run)
+    return series(read_metrics(run), metric, x)
+
+
+def series(rows: list[dict], metric: str, x: str) -> tuple[list[float], list[float]]:
+    """(xs, ys) of one metric: rows holding it, x from the same row (or the iteration's rows)."""
     x_at: dict[int, float] = {}
     for r in rows:
         if r.get(x) is not None:

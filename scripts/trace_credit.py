@@ -108,7 +108,7 @@ def trace(cfg, trajectories) -> str:
     row_of = {id(s): i for i, s in enumerate(steps)}
     out = [f"# Credit on {cfg.env}: {len(trajectories)} episodes in {len(set(group_ids.tolist()))} groups",
            "", f"gamma {a.gamma}, omega {a.omega}, norm {a.norm}, episode baseline {a.episode_baseline}, "
-           f"invalid penalty {a.invalid_penalty} ({adv.penalty_placement(a, "gigpo")})", "",
+           f"invalid penalty {a.invalid_penalty} ({adv.penalty_placement(a, 'gigpo')})", "",
            "| group (task) | won | rows | step share | step term not 0 | anchor group size: mean, max |",
            "|---|---|---|---|---|---|"]  # fmt: skip
     by_group: dict[int, list] = {}
