@@ -53,6 +53,7 @@ from algos.scoring import audit_hook, rescore, reward_layer
 from algos.sft import warm_up_from_config
 from algos.stats import Stats
 from algos.weight_sync import probe_prompts, sync_backend
+from envs.base import note_once
 
 # time/<section>_s of every iteration; env, prompt, generate and parse are parts of rollout
 TIME_SECTIONS = ("rollout", "env", "prompt", "generate", "parse", "advantage", "train", "sync", "log")
@@ -322,6 +323,8 @@ class Run:
         them (short_batch=accumulate) or drop them. Reads the loop state, changes nothing of it."""
         cfg, held = self.cfg, self.loop.held
         if not batch.steps:
+            note_once("no update: in every group the rollouts scored alike (a model that refuses every action "
+                      "gives no contrast between its replies); warm it up on expert actions (--sft-steps) first")  # fmt: skip
             return Update(False, held, {"train/update_skipped": 1.0, "train/held_samples": float(len(held))})
         samples = held + training_samples(batch.kept, adv, batch.mine, cfg.sampling.context == "chat")
         useful = distributed.all_sum([sum(informative_sample(x) for x in samples)], self.world)[0]

@@ -66,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     flags = ["--model", a.model, "--device", a.device, "--dtype", a.dtype, "--backend", "vllm", "--env", a.env,
              "--iterations", str(a.iterations), "--num-groups", str(a.num_groups), "--group-size", str(a.group_size),
              "--max-new-tokens", str(a.max_new_tokens), "--sft-steps", "4", "--sft-episodes", "4", "--eval-episodes",
-             "0", "--max-extra-groups", "0", "--lr", "1e-6", "--output-dir", str(a.output_dir), "--overwrite"]  # fmt: skip
+             "0", "--max-extra-groups", "0", "--lr", "1e-6", "--output-dir", str(a.output_dir), "--overwrite",
+             # a random model refuses nearly every action: inside the returns the refusals still give its rows
+             # different advantages, so the update and the sync this script measures do run
+             "--penalty-placement", "return", "--episode-baseline", "trajectory"]  # fmt: skip
     if a.device.startswith("cuda"):
         flags += ["--vllm-gpu-memory-utilization", "0.3", "--micro-batch-size", "16"]
     else:

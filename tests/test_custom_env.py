@@ -46,4 +46,7 @@ def test_the_documented_commands_work(tmp_path):
     assert proc.stderr.count("gives no info['state_key']") == 2  # once per process: train, evaluate
     assert "gives no info['expert_action']: no SFT warm-up" in proc.stderr
     rows = [json.loads(line) for line in (tmp_path / "runs/guessnum-bare/metrics.jsonl").read_text().splitlines()]
-    assert any("train/loss" in r for r in rows) and not any("sft/loss" in r for r in rows)
+    assert not any("sft/loss" in r for r in rows)
+    # the untrained model refuses every reply: no contrast in any group, so no update, said once
+    assert [r["train/update_skipped"] for r in rows if "train/update_skipped" in r] == [1.0, 1.0]
+    assert "note: no update: in every group the rollouts scored alike" in proc.stderr

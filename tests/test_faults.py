@@ -21,6 +21,7 @@ from envs.workers import StepTimeout, WorkerConfig, deadline
 
 sys.path.insert(0, str(Path(__file__).parent))
 from adversarial import adversarial_strings  # noqa: E402
+from cold_start import COLD_UPDATES
 
 INJECTED = {"raise": 0, "hang": 0}
 _FAULT_SEEDS = itertools.count()
@@ -53,7 +54,7 @@ def test_a_faulty_env_trains_to_the_end_and_every_fault_is_counted(tmp_path):
     out = tmp_path / "run"
     flags = ["--env", "FaultyKeyDoor-v0", "--iterations", "3", "--env-step-timeout", "0.2", "--sft-steps", "0",
              "--eval-episodes", "0", "--num-groups", "2", "--group-size", "4", "--max-new-tokens", "6",
-             "--max-extra-groups", "1", "--output-dir", str(out)]  # fmt: skip
+             "--max-extra-groups", "1", "--output-dir", str(out), *COLD_UPDATES]  # fmt: skip
     start = time.perf_counter()
     assert train_main(flags) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -173,7 +174,7 @@ def nan_on(iterations, monkeypatch):
 
 
 TINY = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "2", "--eval-episodes", "0",
-        "--max-new-tokens", "6", "--max-extra-groups", "0", "--no-dynamic-sampling"]  # fmt: skip
+        "--max-new-tokens", "6", "--max-extra-groups", "0", "--no-dynamic-sampling", *COLD_UPDATES]  # fmt: skip
 
 
 @pytest.mark.slow

@@ -26,11 +26,12 @@ from algos.logprobs import Sample, collate
 from algos.train import main
 
 sys.path.insert(0, str(Path(__file__).parent))
+from cold_start import COLD_UPDATES
 from test_distributed import torchrun  # noqa: E402
 
 RUN = ["--model", QWEN25, "--env", "KeyDoor-Easy-v0", "--env-kwargs", "max_episode_steps", "4", "--num-groups", "2",
        "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "2", "--eval-episodes", "2", "--max-new-tokens", "6",
-       "--max-extra-groups", "1"]  # fmt: skip
+       "--max-extra-groups", "1", *COLD_UPDATES]  # fmt: skip
 
 
 def assert_keeps_the_checkpoint_shape(ckpt: Path, profile: Path) -> None:

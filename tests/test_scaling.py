@@ -24,10 +24,11 @@ from algos.stats import Stats
 from algos.train import main
 
 sys.path.insert(0, str(Path(__file__).parent))
+from cold_start import COLD_UPDATES
 from test_distributed import torchrun  # noqa: E402
 
 TINY_RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "3", "--sft-episodes", "3",
-            "--eval-episodes", "2", "--max-new-tokens", "8", "--max-extra-groups", "2"]  # fmt: skip
+            "--eval-episodes", "2", "--max-new-tokens", "8", "--max-extra-groups", "2", *COLD_UPDATES]  # fmt: skip
 
 
 @pytest.mark.slow

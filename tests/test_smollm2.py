@@ -28,13 +28,14 @@ from algos.train import main
 ROOT = Path(__file__).resolve().parent.parent
 
 sys.path.insert(0, str(Path(__file__).parent))
+from cold_start import COLD_UPDATES  # noqa: E402
 from test_distributed import torchrun  # noqa: E402
 from test_real_vocab import assert_resume_relogs, metrics  # noqa: E402
 
 RUN = ["--model", SMOLLM2, "--env", "KeyDoor-Easy-v0", "--env-kwargs", "max_episode_steps", "3", "--num-groups", "2",
        "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "2", "--sft-batch-size", "4", "--sft-lr", "5e-5",
        "--lr", "2e-6", "--ppo-epochs", "1", "--num-minibatches", "1", "--eval-episodes", "2", "--max-new-tokens", "6",
-       "--max-extra-groups", "1"]  # fmt: skip
+       "--max-extra-groups", "1", *COLD_UPDATES]  # fmt: skip
 NO_EVAL = ["--eval-episodes", "0"]  # the paths below are checked on their checkpoints and syncs, not on success
 GREEDY = {  # prompt -> SmolLM2-135M-Instruct's greedy reply (float32, no system message: the template's own)
     "What is the capital of France? Answer in one word.": "The capital of France is Paris.",

@@ -18,6 +18,8 @@ from gymnasium.utils.env_checker import check_env
 
 pytest.importorskip("textworld")
 
+from cold_start import COLD_UPDATES  # noqa: E402
+
 import envs  # noqa: E402
 from envs.base import HELD_OUT_SEED  # noqa: E402
 from envs.tw_games import GameError, check_game_file, game_path, pool_seeds  # noqa: E402
@@ -280,7 +282,8 @@ def test_training_runs_on_coin_collector(tmp_path):
     out = tmp_path / "run"
     flags = ["--env", "TextWorld-CoinCollector-v0", "--env-kwargs", "level", "3", "num_games", "3", "num_held_out", "2",
              "--iterations", "1", "--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "2",
-             "--eval-episodes", "2", "--max-new-tokens", "8", "--max-extra-groups", "2", "--output-dir", str(out)]  # fmt: skip
+             "--eval-episodes", "2", "--max-new-tokens", "8", "--max-extra-groups", "2", "--output-dir", str(out),
+             *COLD_UPDATES]  # fmt: skip
     assert main(flags) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train = next(r for r in rows if "rollout/success_rate" in r)

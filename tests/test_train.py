@@ -6,6 +6,7 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 import yaml
+from cold_start import COLD_UPDATES
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from algos.train import main
@@ -103,7 +104,7 @@ def test_too_few_informative_samples_are_held_or_dropped_and_held_ones_survive_a
     import torch
 
     held = tmp_path / "held"
-    flags = ["--iterations", "2", "--save-every", "1", "--min-update-samples", "100000", *TINY_RUN]
+    flags = ["--iterations", "2", "--save-every", "1", "--min-update-samples", "100000", *TINY_RUN, *COLD_UPDATES]
     assert main([*flags, "--output-dir", str(held)]) == 0
     rows = [json.loads(line) for line in (held / "metrics.jsonl").read_text().splitlines()]
     it = [r for r in rows if "train/update_skipped" in r]

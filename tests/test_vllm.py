@@ -20,6 +20,8 @@ if os.environ.get("CI"):
 else:
     pytest.importorskip("vllm")
 
+from cold_start import COLD_UPDATES
+
 from agents.agent import LLMAgent, View
 from agents.backend import HFBackend
 from agents.generation import EngineConfig, Sampling
@@ -249,7 +251,7 @@ def test_two_iteration_training_run_with_vllm(tmp_path, lora):
     cmd = [sys.executable, "-m", "algos.train", "--backend", "vllm", "--iterations", "2", "--num-groups", "2",
            "--group-size", "2", "--sft-steps", "5", "--sft-episodes", "8", "--eval-episodes", "2",
            "--vllm-kv-cache-gib", "0.25", "--max-extra-groups", "2", "--max-new-tokens", "8", "--output-dir", str(out),
-           *lora]  # fmt: skip
+           *lora, *COLD_UPDATES]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "merges the adapter" not in proc.stderr  # auto serves this adapter as an adapter: no fallback note
@@ -282,7 +284,7 @@ def test_two_ranks_each_with_its_own_vllm_engine(tmp_path):
     proc = torchrun(["-m", "algos.train", "--backend", "vllm", "--parallel", "ddp", "--iterations", "2",
                      "--num-groups", "2", "--group-size", "2", "--sft-steps", "5", "--sft-episodes", "8",
                      "--eval-episodes", "2", "--vllm-kv-cache-gib", "0.25", "--max-new-tokens", "8",
-                     "--output-dir", str(out)])  # fmt: skip
+                     "--output-dir", str(out), *COLD_UPDATES])  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

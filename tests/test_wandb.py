@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cold_start import COLD_UPDATES
 
 from algos.config import ConfigError, from_flat
 from algos.reporters import report_to
@@ -17,7 +18,7 @@ from algos.run_dir import read_metrics
 from algos.validate import validate
 
 TINY_RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "2", "--sft-episodes", "3",
-            "--eval-episodes", "2", "--max-new-tokens", "8", "--max-extra-groups", "2"]  # fmt: skip
+            "--eval-episodes", "2", "--max-new-tokens", "8", "--max-extra-groups", "2", *COLD_UPDATES]  # fmt: skip
 BLOCK = 32 * 1024  # a .wandb file is a LevelDB-style log: 32 KiB blocks of (crc, length, type) chunks
 
 
