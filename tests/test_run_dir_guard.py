@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cold_start import COLD_UPDATES
 
 from algos.checkpoint import check
 from algos.config import ConfigError
@@ -132,8 +133,10 @@ def test_a_held_lock_refuses_a_second_taker_naming_its_holder(tmp_path, capfd):
 def test_a_second_writer_refuses_while_the_first_runs_and_the_first_finishes(tmp_path):
     """The fault test: `--resume` on a run that is alive refuses (its lock), and the run is not disturbed."""
     run, log = tmp_path / "live", open(tmp_path / "first.log", "w")  # noqa: SIM115 (closed below)
+    # COLD_UPDATES: its updates run, which keeps the first run alive while the second is refused
     first = subprocess.Popen([sys.executable, "-m", "algos.train", "--iterations", "4", "--save-every", "1", *TINY,
-                              "--output-dir", str(run)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+                              *COLD_UPDATES, "--output-dir", str(run)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=log)  # fmt: skip
     deadline = time.time() + 300
     while not (run / "checkpoints" / "iter_0" / "trainer_state.pt").exists():  # a resume would have a checkpoint
         assert first.poll() is None and time.time() < deadline, "the first run ended before its warm-up checkpoint"
