@@ -59,6 +59,11 @@ from envs.base import note_once
 TIME_SECTIONS = ("rollout", "env", "prompt", "generate", "parse", "advantage", "train", "sync", "log")
 
 
+def _note_no_contrast() -> None:
+    note_once("no update: in every group the rollouts scored alike (a model that refuses every action "
+              "gives no contrast between its replies); warm it up on expert actions (--sft-steps) first")  # fmt: skip
+
+
 class NumericError(RuntimeError):
     """Training cannot go on: every recent update had a non-finite loss or gradient."""
 
@@ -322,12 +327,13 @@ class Run:
         """PPO-clip on this rank's samples (and any held ones), or, with too few informative samples, hold
         them (short_batch=accumulate) or drop them. Reads the loop state, changes nothing of it."""
         cfg, held = self.cfg, self.loop.held
-        if not batch.steps:
-            note_once("no update: in every group the rollouts scored alike (a model that refuses every action "
-                      "gives no contrast between its replies); warm it up on expert actions (--sft-steps) first")  # fmt: skip
+        if not batch.steps:  # dynamic sampling kept no group
+            _note_no_contrast()
             return Update(False, held, {"train/update_skipped": 1.0, "train/held_samples": float(len(held))})
         samples = held + training_samples(batch.kept, adv, batch.mine, cfg.sampling.context == "chat")
         useful = distributed.all_sum([sum(informative_sample(x) for x in samples)], self.world)[0]
+        if not useful:  # the same without dynamic sampling
+            _note_no_contrast()
         if useful < max(cfg.learner.min_update_samples, 1):  # too little to learn from: hold it or drop it
             held = samples if cfg.learner.short_batch == "accumulate" else []
             return Update(False, held, {"train/update_skipped": 1.0, "train/held_samples": float(len(held))})
