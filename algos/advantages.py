@@ -51,6 +51,10 @@ _SCALES = ("group", "batch")
 ALGOS = ("grpo", "gigpo", "rloo")
 PLACEMENTS = ("return", "step")
 PAPER_BASELINE = "trajectory"  # the estimators' own default: the paper's per-trajectory group statistics
+# The flags of the defaults before the no-harm measurements (docs/benchmarks.md, "No harm"): the penalty
+# inside the returns, per-trajectory statistics. Their rows differ where today's score alike (a cold model
+# that refuses every action), and the presets measured under them name them so that their runs reproduce.
+RETURN_PLACEMENT = ("--penalty-placement", "return", "--episode-baseline", PAPER_BASELINE)
 ANCHORS = ("state_key", "similarity")
 STEP_PLACEMENT = ("--penalty-placement step charges each step its own penalty inside the group's step-row "
                   "statistics: use it with --episode-baseline step and --algo gigpo or grpo")  # fmt: skip

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from algos.advantages import RETURN_PLACEMENT
+
 ALGOS = ("gigpo", "grpo")
 
 
@@ -39,10 +41,9 @@ class Preset:
 COIN5 = ("--env-kwargs", "level", "5", "num_games", "32", "num_held_out", "32")  # coin collector level 5, 32 games
 # The invalid-action penalty on the faulty step's own reward, with group statistics over step rows:
 # the defaults since the no-harm measurements (docs/benchmarks.md, "No harm"), named where a preset
-# compares them. The presets measured before name the earlier defaults, the penalty inside the returns
-# with per-trajectory statistics, so that their runs reproduce under today's.
+# compares them. The presets measured before name the earlier defaults (RETURN_PLACEMENT, the penalty
+# inside the returns with per-trajectory statistics), so that their runs reproduce under today's.
 PENALTY_STEP = ("--penalty-placement", "step", "--episode-baseline", "step")
-RETURN_PLACEMENT = ("--penalty-placement", "return", "--episode-baseline", "trajectory")
 COIN3 = ("--env-kwargs", "level", "3", "num_games", "32", "num_held_out", "32")
 PRESETS = {
     # The default job's config: ~1,300 env steps per iteration (dynamic sampling adds groups), 18 s

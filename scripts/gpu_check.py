@@ -60,6 +60,7 @@ def summary(run: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from algos.advantages import RETURN_PLACEMENT
     from algos.train import main as train
 
     a = parse_args(argv)
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
              "0", "--max-extra-groups", "0", "--lr", "1e-6", "--output-dir", str(a.output_dir), "--overwrite",
              # a random model refuses nearly every action: inside the returns the refusals still give its rows
              # different advantages, so the update and the sync this script measures do run
-             "--penalty-placement", "return", "--episode-baseline", "trajectory"]  # fmt: skip
+             *RETURN_PLACEMENT]  # fmt: skip
     if a.device.startswith("cuda"):
         flags += ["--vllm-gpu-memory-utilization", "0.3", "--micro-batch-size", "16"]
     else:
