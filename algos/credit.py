@@ -91,12 +91,22 @@ def advantage_inputs(cfg: AdvantageConfig, steps: Sequence[Step], algo: str) -> 
 def step_signal(episode: F64, step: F64) -> dict[str, float]:
     """How much of a GiGPO batch's advantage comes from the step term (`step`: already times omega):
     its share of the summed magnitudes, sum|step| / (sum|episode| + sum|step|) (0 for an all-zero
-    batch), and the fraction of rows where it is not 0 (rows whose anchor group saw different returns)."""
+    batch); the fraction of rows where it is not 0 (rows whose anchor group saw different returns);
+    and the fraction of rows whose GiGPO advantage has another sign than the episode term alone, GRPO's
+    direction (the step term overrules it, or directs a row it leaves at 0): where the two disagree."""
     e, s = float(np.abs(episode).sum()), float(np.abs(step).sum())
+    if not len(step):
+        return {"gigpo/step_share": 0.0, "gigpo/step_nonzero_frac": 0.0, "gigpo/sign_change_frac": 0.0}
     return {
         "gigpo/step_share": s / (e + s) if e + s > 0 else 0.0,
-        "gigpo/step_nonzero_frac": float((np.abs(step) > 1e-9).mean()) if len(step) else 0.0,
+        "gigpo/step_nonzero_frac": float((np.abs(step) > 1e-9).mean()),
+        "gigpo/sign_change_frac": float((_sign(episode + step) != _sign(episode)).mean()),
     }
+
+
+def _sign(x: F64) -> npt.NDArray[np.int8]:
+    """-1, 0 or +1 per row, with magnitudes below NEGLIGIBLE (float noise) as 0."""
+    return (np.sign(x) * (np.abs(x) > NEGLIGIBLE)).astype(np.int8)
 
 
 def informative(algo: str, cfg: AdvantageConfig, group: Sequence[Trajectory]) -> bool:

@@ -9,9 +9,10 @@ Each task (a training reset seed) is played by one group of the checkpoint's gro
 its training temperature, with its advantage settings (`--algo gigpo`'s, whatever the run's algo was)
 or others (`--advantages`; the same sampling seed plays the same episodes, so settings compare on one batch).
 For every group: how many episodes were won, the step term's share of the advantages' magnitudes and
-the rows where it is not 0 (as `gigpo/step_share` and `gigpo/step_nonzero_frac` log them), and the
-anchor groups' sizes; for the batch, the invalid-action rows that get a positive advantage under
-GRPO and under GiGPO (`adv/invalid_positive_frac`). Then one won and one lost episode of each group, step by step: the action, the
+the rows where it is not 0 and the rows whose sign it changes from GRPO's (as `gigpo/step_share`,
+`gigpo/step_nonzero_frac` and `gigpo/sign_change_frac` log them), and the anchor groups' sizes;
+for the batch, the invalid-action rows that get a positive advantage under GRPO and under GiGPO
+(`adv/invalid_positive_frac`). Then one won and one lost episode of each group, step by step: the action, the
 step return, the anchor group (its size and mean return), the episode term (GRPO's whole advantage),
 omega x the step term, and GiGPO's sum. The rewards are the env's (a run's --reward layer is not
 applied). Writes markdown to stdout, and to --output if given.
@@ -109,8 +110,8 @@ def trace(cfg, trajectories) -> str:
     out = [f"# Credit on {cfg.env}: {len(trajectories)} episodes in {len(set(group_ids.tolist()))} groups",
            "", f"gamma {a.gamma}, omega {a.omega}, norm {a.norm}, episode baseline {a.episode_baseline}, "
            f"invalid penalty {a.invalid_penalty} ({adv.penalty_placement(a, 'gigpo')})", "",
-           "| group (task) | won | rows | step share | step term not 0 | anchor group size: mean, max |",
-           "|---|---|---|---|---|---|"]  # fmt: skip
+           "| group (task) | won | rows | step share | step term not 0 | sign not GRPO's | anchor group size: mean, max |",
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
     by_group: dict[int, list] = {}
     for t in trajectories:
         by_group.setdefault(t.group_id, []).append(t)
@@ -119,10 +120,12 @@ def trace(cfg, trajectories) -> str:
         signal = credit.step_signal(ep[rows], step[rows])
         out.append(f"| {g} ({group[0].seed}) | {sum(t.won for t in group)}/{len(group)} | {len(rows)} | "
                    f"{signal['gigpo/step_share']:.2f} | {signal['gigpo/step_nonzero_frac']:.0%} | "
+                   f"{signal['gigpo/sign_change_frac']:.0%} | "
                    f"{sizes[rows].mean():.1f}, {sizes[rows].max()} |")  # fmt: skip
     total = credit.step_signal(ep, step)
     out += ["", f"Whole batch: step share {total['gigpo/step_share']:.2f}, step term not 0 on "
-            f"{total['gigpo/step_nonzero_frac']:.0%} of {len(steps)} rows. Invalid actions: "
+            f"{total['gigpo/step_nonzero_frac']:.0%} of {len(steps)} rows, its sign not GRPO's on "
+            f"{total['gigpo/sign_change_frac']:.0%}. Invalid actions: "
             f"{sum(not s.action_valid for s in steps)} rows, with a positive advantage under GRPO "
             f"{credit.invalid_positive(ep, steps):.0%}, under GiGPO {credit.invalid_positive(ep + step, steps):.0%}."]  # fmt: skip
     for g, group in by_group.items():

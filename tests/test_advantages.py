@@ -149,9 +149,22 @@ def test_step_signal_hand_computed() -> None:
     ep, step = gigpo_terms(RA, TA, GA, KA, gamma=0.5, norm="mean")
     close(ep, [-0.5] * 4 + [0.5] * 2)
     close(step, [0.0, -0.375, 0.0, 0.0, 0.375, 0.0])
-    assert step_signal(ep, step) == pytest.approx({"gigpo/step_share": 0.2, "gigpo/step_nonzero_frac": 1 / 3})
+    # the step term agrees with the episode term on both rows it touches: no sign changes
+    assert step_signal(ep, step) == pytest.approx(
+        {"gigpo/step_share": 0.2, "gigpo/step_nonzero_frac": 1 / 3, "gigpo/sign_change_frac": 0.0}
+    )
     assert step_signal(ep, 2 * step)["gigpo/step_share"] == pytest.approx(1 / 3)
-    assert step_signal(np.zeros(3), np.zeros(3)) == {"gigpo/step_share": 0.0, "gigpo/step_nonzero_frac": 0.0}
+    zero = {"gigpo/step_share": 0.0, "gigpo/step_nonzero_frac": 0.0, "gigpo/sign_change_frac": 0.0}
+    assert step_signal(np.zeros(3), np.zeros(3)) == zero
+    assert step_signal(np.zeros(0), np.zeros(0)) == zero
+
+
+def test_sign_changes_hand_computed() -> None:
+    # sums -1, -0.5, 0.3, 0.5, 1e-9: row 0 overruled (+ to -), row 2 directed (0 to +); row 1 keeps its
+    # sign, row 3 has no step term, row 4's sum is float noise around 0 like its episode term
+    ep = np.array([1.0, -1.0, 0.0, 0.5, 0.0])
+    step = np.array([-2.0, 0.5, 0.3, 0.0, 1e-9])
+    assert step_signal(ep, step)["gigpo/sign_change_frac"] == pytest.approx(2 / 5)
 
 
 def test_singleton_anchors_have_zero_step_advantage() -> None:

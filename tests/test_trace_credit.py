@@ -23,10 +23,11 @@ def test_the_credit_of_a_won_and_a_lost_episode_hand_computed():
     # One group of task 5: won a -> b (rewards 0, 1), lost a -> c (0, 0). gamma 0.95, mean_std.
     # Episode term: scores 1 and 0, mean 0.5, std 1/sqrt(2): +-0.5 / (0.7071068 + 1e-6) = +-0.707106.
     # Step term: anchor a holds returns 0.95 and 0: +-0.475 / (0.6717514 + 1e-6) = +-0.707106; b, c alone: 0.
-    # Step share: 2 x 0.707 / (4 x 0.707 + 2 x 0.707) = 1/3; not 0 on 2 of 4 rows; anchor sizes 2, 2, 1, 1.
+    # Step share: 2 x 0.707 / (4 x 0.707 + 2 x 0.707) = 1/3; not 0 on 2 of 4 rows, where it has the episode
+    # term's sign (no sign changes); anchor sizes 2, 2, 1, 1.
     paper = parse_config(["--episode-baseline", "trajectory"])  # the auto placement: inside the returns
     text = trace(paper, [_episode(0, "ab", [0.0, 1.0]), _episode(1, "ac", [0.0, 0.0])])
-    assert "| 0 (5) | 1/2 | 4 | 0.33 | 50% | 1.5, 2 |" in text
+    assert "| 0 (5) | 1/2 | 4 | 0.33 | 50% | 0% | 1.5, 2 |" in text
     assert "| 0 | go a | yes | 0 | 0.950 | 2, 0.475 | +0.707 | +0.707 | +1.414 |" in text  # won, step 0
     assert "| 1 | go b | yes | 1 | 1.000 | 1, 1.000 | +0.707 | +0.000 | +0.707 |" in text
     assert "| 0 | go a | yes | 0 | 0.000 | 2, 0.475 | -0.707 | -0.707 | -1.414 |" in text  # lost, step 0

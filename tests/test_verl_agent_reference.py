@@ -186,6 +186,7 @@ def test_the_step_signal_of_a_group_won_by_two_routes() -> None:
     _, stats = compute_advantages("gigpo", parse_config(["--algo", "gigpo"]).advantages, [s for t in group for s in t.steps])
     assert stats["gigpo/step_share"] == pytest.approx(1.0)
     assert stats["gigpo/step_nonzero_frac"] == pytest.approx(8 / 28)
+    assert stats["gigpo/sign_change_frac"] == pytest.approx(8 / 28)  # GRPO gives those 8 rows no direction
     _, grpo = compute_advantages("grpo", parse_config(["--algo", "grpo"]).advantages, [s for t in group for s in t.steps])
     assert "gigpo/step_share" not in grpo
 
