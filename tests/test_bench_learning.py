@@ -333,8 +333,9 @@ def test_each_ablation_changes_one_setting_of_its_base_and_is_compared_with_it()
 
 
 def test_the_default_job_is_the_step_placement_and_earlier_presets_name_theirs():
+    from algos.advantages import RETURN_PLACEMENT
     from algos.cli import parse_config
-    from benchmarks.learning_presets import PENALTY_STEP, RETURN_PLACEMENT
+    from benchmarks.learning_presets import PENALTY_STEP
 
     default = parse_config([]).advantages
     assert (default.episode_baseline, default.penalty_placement) == ("step", "auto")  # auto: step under gigpo, grpo
