@@ -82,11 +82,13 @@ def test_each_option_is_defined_once_and_round_trips():
 
 
 def test_a_pretrained_model_with_the_toys_learning_rates_gets_a_note(tmp_path):
+    from algos.config import DEFAULT_SFT_STEPS
     from algos.validate import toy_defaults_note
 
     note = toy_defaults_note(parse_config(["--model", "smollm2-135m-instruct"]))
     assert note and "\n" not in note
-    assert "lr 0.00015, sft_lr 0.001, sft_batch_size 64, sft_steps 90" in note and "configs/smollm2-135m.yaml" in note
+    kept = f"lr 0.00015, sft_lr 0.001, sft_batch_size 64, sft_steps {DEFAULT_SFT_STEPS}"
+    assert kept in note and "configs/smollm2-135m.yaml" in note
     tuned = toy_defaults_note(parse_config(["--model", "smollm2-135m-instruct", "--lr", "2e-6", "--sft-steps", "0"]))
     assert "lr 2e-06" not in tuned and "sft_steps" not in tuned and "sft_lr 0.001" in tuned
     assert toy_defaults_note(parse_config(["--config", "configs/smollm2-135m.yaml"])) is None  # the preset sets them all
