@@ -187,11 +187,11 @@ PRESETS |= {
 PRESETS |= {
     f"keydoor-sft{steps}": Preset("KeyDoor-v0", "configs/default.yaml", PENALTY_STEP, budget=13_000, eval_every=2,
                                   eval_episodes=64, sft_steps=steps, algos=("gigpo",))  # fmt: skip
-    for steps in (45, 180)
+    for steps in (45, 180, 360)
 }
 ABLATION_BASES = {f"keydoor-{name}": "keydoor" for name in ABLATIONS} | {
     key: "keydoor-penalty-step" for key in (*(f"keydoor-{n}" for n in ABLATIONS_STEP), "keydoor-sft45", "keydoor-sft180")
-}
+} | {"keydoor-sft360": "keydoor-sft180"}  # today's defaults (180 SFT steps), the warm-up doubled again
 # (preset, algo) pairs whose final success is compared seed by seed: a - b, from the same warm-ups.
 COMPARISONS = (
     (("keydoor", "gigpo"), ("keydoor", "grpo")),

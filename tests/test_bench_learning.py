@@ -317,7 +317,7 @@ def test_each_ablation_changes_one_setting_of_its_base_and_is_compared_with_it()
         return {f"{name}.{k}": v for name in ("advantages", "learner", "sampling", "data")
                 for k, v in dataclasses.asdict(getattr(cfg, name)).items()}  # fmt: skip
 
-    assert len(ABLATION_BASES) == 11
+    assert len(ABLATION_BASES) == 12
     for key, base_key in ABLATION_BASES.items():
         p, base = PRESETS[key], PRESETS[base_key]
         changed = {f.name for f in dataclasses.fields(Preset) if getattr(p, f.name) != getattr(base, f.name)}
