@@ -60,8 +60,8 @@ ROLLOUT_IS_MODES = ("truncate", "mask")
 SHORT_BATCH = ("accumulate", "skip")
 # The warm-up of a fresh model when --sft-steps is unset, chosen on the default job by paired seeds
 # (docs/benchmarks.md, ablations): 180 against 90, +19.1 points of held-out success after RL [+4.1, +34.2];
-# 360 against 180, +11.3 [+3.1, +19.5]; 8 pairs each. Measured on KeyDoor only: the TextWorld and Sokoban presets keep
-# the 90 they were measured with.
+# 360 against 180, +11.3 [+3.1, +19.5]; 8 pairs each. Measured on KeyDoor only: the TextWorld and
+# Sokoban presets keep the 90 they were measured with.
 DEFAULT_SFT_STEPS = 360
 
 
