@@ -94,9 +94,9 @@ def step_signal(episode: F64, step: F64) -> dict[str, float]:
     batch); the fraction of rows where it is not 0 (rows whose anchor group saw different returns);
     and the fraction of rows whose GiGPO advantage has another sign than the episode term alone, GRPO's
     direction (the step term overrules it, or directs a row it leaves at 0): where the two disagree."""
-    e, s = float(np.abs(episode).sum()), float(np.abs(step).sum())
     if not len(step):
         return {"gigpo/step_share": 0.0, "gigpo/step_nonzero_frac": 0.0, "gigpo/sign_change_frac": 0.0}
+    e, s = float(np.abs(episode).sum()), float(np.abs(step).sum())
     return {
         "gigpo/step_share": s / (e + s) if e + s > 0 else 0.0,
         "gigpo/step_nonzero_frac": float((np.abs(step) > 1e-9).mean()),

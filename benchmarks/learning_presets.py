@@ -164,8 +164,9 @@ PRESETS = {
 # Ablations of the default job (issue 34): GiGPO from the keydoor warm-ups (the sft ones make their
 # own, with another number of SFT steps), one setting changed at a time, the keydoor preset's budget
 # and evaluations; each is compared seed by seed against its base, on the same seeds. The first ones
-# were measured while the penalty sat inside the returns (base: keydoor); the rest change the present
-# defaults, the penalty on its own step (base: keydoor-penalty-step).
+# were measured while the penalty sat inside the returns (base: keydoor); the rest change the penalty on
+# its own step (base: keydoor-penalty-step, 90 SFT steps), but keydoor-sft360, which doubles the
+# warm-up of keydoor-sft180 (today's defaults are keydoor-sft360).
 ABLATIONS = {  # the flags of each run: the earlier defaults, one setting changed
     "lr5e-4": (*RETURN_PLACEMENT, "--lr", "5e-4"),
     "epochs4": (*RETURN_PLACEMENT, "--ppo-epochs", "4"),
@@ -173,7 +174,7 @@ ABLATIONS = {  # the flags of each run: the earlier defaults, one setting change
     "norm-mean": (*RETURN_PLACEMENT, "--norm", "mean"),
     "temp0.7": (*RETURN_PLACEMENT, "--temperature", "0.7"),
 }
-ABLATIONS_STEP = {  # today's defaults, one setting changed
+ABLATIONS_STEP = {  # the penalty on its own step with 90 SFT steps, one setting changed
     "lr5e-5": (*PENALTY_STEP, "--lr", "5e-5"),
     "epochs1": (*PENALTY_STEP, "--ppo-epochs", "1"),
     "groups16x4": (*PENALTY_STEP, "--num-groups", "16", "--group-size", "4"),  # the same 64 rollouts per iteration
@@ -191,7 +192,7 @@ PRESETS |= {
 }
 ABLATION_BASES = {f"keydoor-{name}": "keydoor" for name in ABLATIONS} | {
     key: "keydoor-penalty-step" for key in (*(f"keydoor-{n}" for n in ABLATIONS_STEP), "keydoor-sft45", "keydoor-sft180")
-} | {"keydoor-sft360": "keydoor-sft180"}  # today's defaults (180 SFT steps), the warm-up doubled again
+} | {"keydoor-sft360": "keydoor-sft180"}
 # (preset, algo) pairs whose final success is compared seed by seed: a - b, from the same warm-ups.
 COMPARISONS = (
     (("keydoor", "gigpo"), ("keydoor", "grpo")),
