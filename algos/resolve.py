@@ -28,7 +28,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agents.model import parameter_count, positions, precision, resolve_model
+import torch
+
+from agents.model import cpu_has_bf16, parameter_count, positions, precision, resolve_model
 from algos import distributed
 from algos.advantages import penalty_placement
 from algos.config import DEFAULT_SFT_STEPS, Config
@@ -51,6 +53,11 @@ def resolve(cfg: Config, world: distributed.World, device: str) -> Config:
     autocast = cfg.learner.autocast
     if autocast == "auto":
         autocast = precision("auto", device, parameter_count(resolve_model(cfg.model), cfg.trust_remote_code))
+    elif autocast == "bf16" and torch.device(device).type == "cpu" and not cpu_has_bf16():
+        # measured on an AVX2 CPU: a bf16 matmul at 1.3 GFLOP/s against 129 in float32; the default job's
+        # warm-up step 9.3 s against 0.83 s (docs/benchmarks.md)
+        note_once("--autocast bf16 on a CPU without bf16 matrix units (AMX or AVX512-BF16): bf16 runs about 10x "
+                  "slower than float32 here; --autocast auto picks float32 on this CPU")  # fmt: skip
     rollout_is = cfg.learner.rollout_is
     if rollout_is == "auto":
         # a separate engine samples from its own copy of the policy, and in bf16 the HF backend's cached decode

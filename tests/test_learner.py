@@ -8,7 +8,7 @@ import torch
 
 from algos.config import LearnerConfig
 from algos.learner import Learner, aggregate, ppo_token_loss, rollout_is_weights
-from algos.logprobs import Sample, collate, response_logprobs
+from algos.logprobs import Sample, collate, response_logprobs, shared_head
 
 
 def test_ratio_one_reduces_to_the_policy_gradient():
@@ -227,12 +227,37 @@ def _shared_prompt_samples(tokenizer) -> list[Sample]:
     return out
 
 
-def test_shared_prompts_run_once_and_give_the_same_logprobs_and_gradients(tiny):
+def _opening_samples(tokenizer, repeat: bool) -> list[Sample]:
+    """10 samples whose prompts open with the same 12 tokens, then differ (2 to 25 tokens of their own);
+    with `repeat`, 3 of them again (as a group's first prompts are)."""
+    rng = random.Random(5)
+    opening = [rng.randrange(3, len(tokenizer)) for _ in range(12)]
+    out = []
+    for _ in range(10):
+        prompt = opening + [rng.randrange(3, len(tokenizer)) for _ in range(rng.randint(2, 25))]
+        response = [rng.randrange(3, len(tokenizer)) for _ in range(rng.randint(1, 7))]
+        out.append(Sample(prompt, response, rng.uniform(-1, 1), [rng.uniform(-3, -1) for _ in response]))
+    return out + [replace(s, response_ids=s.response_ids[:1], old_logprobs=s.old_logprobs[:1]) for s in out[:3]] * repeat
+
+
+def test_shared_head_is_the_longest_opening_that_leaves_every_prompt_a_token():
+    assert shared_head([(1, 2, 3, 4), (1, 2, 5)]) == 2
+    assert shared_head([(1, 2, 3), (1, 2, 3, 4)]) == 2  # not all of (1, 2, 3): it would have no token left
+    assert shared_head([(1, 2), (3, 4)]) == 0
+    assert shared_head([(7,), (7, 8)]) == 0
+
+
+@pytest.mark.parametrize("case", ["repeated prompts", "a shared opening", "both"])
+def test_shared_prompts_run_once_and_give_the_same_logprobs_and_gradients(tiny, case):
     model, tokenizer = tiny
-    samples = _shared_prompt_samples(tokenizer)
+    samples = {"repeated prompts": lambda: _shared_prompt_samples(tokenizer),
+               "a shared opening": lambda: _opening_samples(tokenizer, repeat=False),
+               "both": lambda: _opening_samples(tokenizer, repeat=True)}[case]()  # fmt: skip
     shared = collate(samples, tokenizer.pad_token_id, "cpu", share_prompts=True)
-    assert shared["prefix_ids"].shape[0] == 5 and "ids" not in shared  # 5 distinct prompts for 12 samples
-    assert "prefix_ids" not in collate(samples, tokenizer.pad_token_id, "cpu")  # off unless asked
+    assert "ids" not in shared and "prefix_ids" not in collate(samples, tokenizer.pad_token_id, "cpu")  # off unless asked
+    distinct, head = {"repeated prompts": (5, 0), "a shared opening": (10, 12), "both": (10, 12)}[case]
+    assert shared["prefix_ids"].shape[0] == distinct and shared["index"].shape[0] == len(samples)
+    assert shared.get("head_ids", torch.zeros(1, 0)).shape == (1, head)
     results = []
     for batch in (collate(samples, tokenizer.pad_token_id, "cpu"), shared):
         m = copy.deepcopy(model).train()
@@ -245,9 +270,10 @@ def test_shared_prompts_run_once_and_give_the_same_logprobs_and_gradients(tiny):
     assert g0.abs().max() > 1e-3 and torch.allclose(g0, g1, atol=1e-6 * float(g0.abs().max()) + 1e-9, rtol=1e-4)
 
 
-def test_learner_update_with_shared_prompts_equals_the_full_pass(tiny):
+@pytest.mark.parametrize("opening", [False, True])
+def test_learner_update_with_shared_prompts_equals_the_full_pass(tiny, opening):
     model, tokenizer = tiny
-    samples = _shared_prompt_samples(tokenizer)
+    samples = _opening_samples(tokenizer, repeat=True) if opening else _shared_prompt_samples(tokenizer)
     params, stats = [], []
     for share in (False, True):
         m = copy.deepcopy(model)

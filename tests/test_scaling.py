@@ -142,6 +142,20 @@ def test_autocast_auto_is_bf16_where_the_cpu_has_bf16_units_and_the_model_is_lar
         assert agents.model.precision("off", "cpu", big) == "off"
 
 
+def test_bf16_asked_for_on_a_cpu_without_bf16_units_is_kept_and_noted(monkeypatch, capsys):
+    import algos.resolve
+    from algos.config import from_flat
+    from algos.resolve import resolve
+
+    for has in (False, True):
+        monkeypatch.setattr(algos.resolve, "cpu_has_bf16", lambda has=has: has)
+        monkeypatch.setattr("envs.base._NOTED", set())
+        cfg = resolve(from_flat(dict(autocast="bf16")), distributed.SINGLE, "cpu")
+        assert cfg.learner.autocast == "bf16"  # asked for: kept
+        noted = [line for line in capsys.readouterr().err.splitlines() if "--autocast bf16 on a CPU" in line]
+        assert len(noted) == (0 if has else 1) and (has or "--autocast auto picks float32" in noted[0])
+
+
 def test_the_parameter_count_on_the_meta_device_is_the_loaded_models(tiny, tiny_path):
     from agents.model import parameter_count
 
