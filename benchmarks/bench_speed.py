@@ -1,6 +1,6 @@
 """Speed, measured side by side in one run: against the hardware, against TRL, and GiGPO's cost.
 
-    python -m benchmarks.bench_speed                          # all three parts
+    python -m benchmarks.bench_speed                          # every part
     python -m benchmarks.bench_speed --parts hardware gigpo   # without TRL (needs `pip install -e .[bench]`)
 
 hardware  The default job (KeyDoor-v0, GiGPO, 8 x 8 rollouts, SFT warm-up first) runs
@@ -23,6 +23,10 @@ gigpo     `compute_advantages` (the trainer's call: rows from Step records, anch
           GiGPO advantages, anchor statistics) on 10^4, 10^5 and 10^6 synthetic steps shaped like
           KeyDoor's (groups of 8 trajectories of 1-19 steps, lockstep order, str state keys), and
           its share of a default iteration.
+warmup    The default job's SFT warm-up step (its demonstrations, batches of 64), with the shared
+          layout of algos/logprobs.py (distinct prompts after the opening they share, which runs once)
+          and with every prompt run whole: the same batches, the two alternating in rounds from the same
+          weights; seconds per step, their ratio, and the losses, which must agree to float rounding.
 
 Prints the tables and writes them to --out (default runs/bench_speed/summary.json). The first
 measured iteration is the second one: the first pays for one-time warm-ups (allocator, kernels).
@@ -42,7 +46,7 @@ from pathlib import Path
 
 from benchmarks.trl_compare import UnequalWork  # the one error of a comparison whose sides did different work
 
-PARTS = ("hardware", "trl", "gigpo")
+PARTS = ("hardware", "trl", "gigpo", "warmup")
 
 
 # ---- hardware: an iteration against its own pure compute -------------------------------
@@ -303,6 +307,59 @@ def print_gigpo(result: list[dict], iteration: dict | None) -> None:
               f"= {iteration['advantage'] / iteration['wall_s']:.4%} (target <= 0.1 %)")  # fmt: skip
 
 
+# ---- warmup: the SFT step with and without the shared opening --------------------------
+
+
+def warmup_step(steps: int, rounds: int, flags: list[str]) -> dict:
+    """Seconds per SFT step of the default job's warm-up, shared layout against full prompts: `rounds`
+    alternating rounds of `steps` steps each, every round from the same weights on the same batches."""
+    import copy
+    from dataclasses import replace
+
+    import numpy as np
+
+    from algos.cli import parse_config
+    from algos.config import env_kwargs
+    from algos.learner import Learner
+    from algos.run import Run
+    from algos.sft import expert_demos, warm_up
+    from envs.base import HELD_OUT_SEED
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = parse_config(["--output-dir", str(Path(tmp) / "run"), "--sft-steps", "0", "--eval-episodes", "0", *flags])
+        with Run(cfg) as run:
+            cfg = run.cfg
+            seeds = [int(s) for s in np.random.default_rng(cfg.seed).integers(0, HELD_OUT_SEED, cfg.sft.sft_episodes)]
+            demos = expert_demos(run.agent, cfg.env, seeds, cfg.sft.sft_noise, random.Random(cfg.seed),
+                                 env_kwargs(cfg), cfg.workers)  # fmt: skip
+            start_weights = copy.deepcopy(run.model.state_dict())
+            seconds: dict[bool, list[float]] = {True: [], False: []}
+            losses: dict[bool, list[float]] = {}
+            for _ in range(rounds):
+                for share in (True, False):
+                    run.model.load_state_dict(start_weights)
+                    learner = Learner.for_run(run.model, replace(cfg, learner=replace(cfg.learner, share_prompts=share)),
+                                              run.agent.tokenizer.pad_token_id, len(run.tokenizer), lr=cfg.sft.sft_lr,
+                                              seed=cfg.seed)  # fmt: skip
+                    begin = time.perf_counter()
+                    losses[share] = warm_up(learner, demos, steps, cfg.sft.sft_batch_size, cfg.seed)
+                    seconds[share].append((time.perf_counter() - begin) / steps)
+    shared, full = (sum(seconds[k]) / rounds for k in (True, False))
+    gap = max(abs(a - b) for a, b in zip(losses[True], losses[False]))
+    return {"steps": steps, "rounds": rounds, "shared_s": shared, "full_s": full, "ratio": full / shared,
+            "max_loss_gap": gap, "last_loss": losses[True][-1], "demos": len(demos),
+            "mean_prompt_tokens": sum(len(d.prompt_ids) for d in demos) / len(demos)}  # fmt: skip
+
+
+def print_warmup(r: dict) -> None:
+    print(f"\n== warmup: the default job's SFT step, {r['rounds']} alternating rounds of {r['steps']} steps "
+          f"({r['demos']} demonstrations, {r['mean_prompt_tokens']:.0f} prompt tokens on average)")  # fmt: skip
+    print(f"{'full prompts':<44}{r['full_s']:8.3f} s/step")
+    print(f"{'shared opening (the default)':<44}{r['shared_s']:8.3f} s/step")
+    print(f"{'ratio full / shared':<44}{r['ratio']:8.3f}")
+    print(f"largest loss gap between the two over the steps: {r['max_loss_gap']:.2e} (last loss {r['last_loss']:.4f})")
+
+
 # ---- trl: against TRL's GRPOTrainer, then our side replayed --------------------------
 
 
@@ -339,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
                         "--prompts, --group-size")  # fmt: skip
     p.add_argument("--gigpo-sizes", type=int, nargs="+", default=[10**4, 10**5, 10**6])
     p.add_argument("--repeats", type=int, default=3, help="gigpo: timings per size (the best is kept)")
+    p.add_argument("--warmup-steps", type=int, default=20, help="warmup: SFT steps per round")
+    p.add_argument("--warmup-rounds", type=int, default=2, help="warmup: alternating rounds of each layout")
     p.add_argument("--out", type=Path, default=Path("runs/bench_speed"))
     args = p.parse_args(argv)
     if args.iterations < 2:
@@ -367,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     if "gigpo" in args.parts:
         summary["gigpo"] = gigpo_scaling(args.gigpo_sizes, args.repeats)
         print_gigpo(summary["gigpo"], summary.get("hardware", {}).get("mean"))
+    if "warmup" in args.parts:
+        summary["warmup"] = warmup_step(args.warmup_steps, args.warmup_rounds, args.train_flags)
+        print_warmup(summary["warmup"])
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"\nwritten: {args.out / 'summary.json'}")
     return 0
