@@ -123,8 +123,8 @@ class LearnerConfig:
     that support it, off on CPU)."""
     share_prompts: bool = True
     """Samples of a micro-batch with equal prompts (a group's first step, equal states) run their
-    prompt through the model once; the same logprobs and gradients for less work (one process,
-    no gradient checkpointing)."""
+    prompt through the model once, and the opening its distinct prompts share (system prompt, task)
+    runs once too; the same logprobs and gradients for less work (one process, no gradient checkpointing)."""
 
     def check(self) -> None:
         for name, allowed in (("loss_type", LOSS_TYPES), ("kl_estimator", KL_ESTIMATORS),
