@@ -15,9 +15,9 @@ samples (an index_select, whose backward sums the copies' gradients), and a seco
 each sample's last prompt token plus response with that cache. Logprobs and gradients are those
 of the full pass up to float rounding (tests/test_learner.py); the work on prompts shrinks by the
 number of copies. Distinct prompts that open alike (the system prompt and the task, in every
-step of a window-context batch) share that opening too: it runs once, as a one-row "head" whose
+step of a window-context batch) share that opening too: it runs once, as a one-row pass whose
 cache is copied to the distinct prompts before they run on it, so a batch with no repeated prompt
-still saves the head's work on every row but one (the warm-up's batches: about a quarter of their
+still saves the opening's work on every row but one (the warm-up's batches: about a quarter of their
 tokens on KeyDoor). It needs a model that takes `past_key_values` in training, so the learner
 turns it off under gradient checkpointing and under torchrun.
 """
@@ -111,9 +111,9 @@ def _left_pad(rows: list[list[int]], width: int, pad_id: int) -> tuple[torch.Ten
 
 def collate(samples: list[Sample], pad_id: int, device, share_prompts: bool = False) -> dict[str, torch.Tensor]:
     """Left-pad prompt+response so every response ends at the last column. With `share_prompts`
-    and a repeated prompt or an opening shared by the distinct prompts, the layout is head (that
+    and a repeated prompt or an opening shared by the distinct prompts, the layout is opening (that
     opening, one row; absent if none) + prefix (distinct prompts minus their last token, after the
-    head) + suffix (last prompt token + response minus its last token) instead of ids/attn."""
+    opening) + suffix (last prompt token + response minus its last token) instead of ids/attn."""
     resp = max(len(s.response_ids) for s in samples)
     targets, mask = _left_pad([s.response_ids for s in samples], resp, pad_id)
     mask = mask.float()
@@ -148,11 +148,11 @@ def collate(samples: list[Sample], pad_id: int, device, share_prompts: bool = Fa
     distinct: dict[tuple[int, ...], int] = {}
     if share_prompts and all(len(s.prompt_ids) >= 2 for s in samples):
         index = [distinct.setdefault(tuple(s.prompt_ids[:-1]), len(distinct)) for s in samples]
-    head = shared_head(list(distinct)) if len(distinct) >= 2 else 0
-    if distinct and (len(distinct) < len(samples) or head):
-        if head:  # the opening every distinct prompt shares: one row, run once
-            batch["head_ids"] = torch.tensor([next(iter(distinct))[:head]])
-        rests = [list(p[head:]) for p in distinct]
+    opening = shared_opening(list(distinct)) if len(distinct) >= 2 else 0
+    if distinct and (len(distinct) < len(samples) or opening):
+        if opening:  # the tokens every distinct prompt opens with: one row, run once
+            batch["opening_ids"] = torch.tensor([next(iter(distinct))[:opening]])
+        rests = [list(p[opening:]) for p in distinct]
         batch["prefix_ids"], batch["prefix_attn"] = _left_pad(rests, max(map(len, rests)), pad_id)
         batch["index"] = torch.tensor(index)
         suffixes = [s.prompt_ids[-1:] + s.response_ids[:-1] for s in samples]  # row j predicts target j
@@ -163,14 +163,14 @@ def collate(samples: list[Sample], pad_id: int, device, share_prompts: bool = Fa
     return {k: v.to(device) for k, v in batch.items()}
 
 
-def shared_head(prompts: list[tuple[int, ...]]) -> int:
+def shared_opening(prompts: list[tuple[int, ...]]) -> int:
     """How many opening tokens all `prompts` share, leaving each at least one of its own (so that every
-    row of the pass after the head has a token to run)."""
-    head = min(len(p) for p in prompts) - 1
+    row of the pass after the opening has a token to run)."""
+    shared = min(len(p) for p in prompts) - 1
     first = prompts[0]
     for p in prompts[1:]:
-        head = next((i for i in range(head) if p[i] != first[i]), head)
-    return max(head, 0)
+        shared = next((i for i in range(shared) if p[i] != first[i]), shared)
+    return max(shared, 0)
 
 
 def batch_order(samples: list[Sample], share_prompts: bool = False) -> list[Sample]:
@@ -204,16 +204,16 @@ def response_logprobs(
         return lm_head.scoring(model, targets, temperature, vocab, with_entropy, entropy_grad)
 
     if "prefix_ids" in batch:  # shared prompts: the distinct prefixes once, then each suffix on their cache
-        # The passes before the suffix are for their KV cache: their head output is never used (skipped where chunked).
+        # The passes before the suffix are for their KV cache: their LM head output is never used (skipped where chunked).
         prefix_attn, cache = batch["prefix_attn"], None
-        if "head_ids" in batch:  # the opening all distinct prompts share: once, then copied to each
-            head_ids = batch["head_ids"]  # [1, K]
+        if "opening_ids" in batch:  # the opening all distinct prompts share: once, then copied to each
+            opening_ids = batch["opening_ids"]  # [1, K]
             with head(None):
-                cache = model(input_ids=head_ids, attention_mask=torch.ones_like(head_ids),
-                              position_ids=torch.arange(head_ids.shape[1], device=head_ids.device)[None],
+                cache = model(input_ids=opening_ids, attention_mask=torch.ones_like(opening_ids),
+                              position_ids=torch.arange(opening_ids.shape[1], device=opening_ids.device)[None],
                               use_cache=True, logits_to_keep=1).past_key_values  # fmt: skip
-            cache.reorder_cache(head_ids.new_zeros(prefix_attn.shape[0]))  # [1, ...] -> [U, ...], differentiable
-            prefix_attn = torch.cat([torch.ones_like(head_ids).expand(prefix_attn.shape[0], -1), prefix_attn], 1)
+            cache.reorder_cache(opening_ids.new_zeros(prefix_attn.shape[0]))  # [1, ...] -> [U, ...], differentiable
+            prefix_attn = torch.cat([torch.ones_like(opening_ids).expand(prefix_attn.shape[0], -1), prefix_attn], 1)
         width = batch["prefix_ids"].shape[1]
         with head(None):
             cache = model(input_ids=batch["prefix_ids"], attention_mask=prefix_attn,

@@ -8,7 +8,7 @@ import torch
 
 from algos.config import LearnerConfig
 from algos.learner import Learner, aggregate, ppo_token_loss, rollout_is_weights
-from algos.logprobs import Sample, collate, response_logprobs, shared_head
+from algos.logprobs import Sample, collate, response_logprobs, shared_opening
 
 
 def test_ratio_one_reduces_to_the_policy_gradient():
@@ -240,11 +240,11 @@ def _opening_samples(tokenizer, repeat: bool) -> list[Sample]:
     return out + [replace(s, response_ids=s.response_ids[:1], old_logprobs=s.old_logprobs[:1]) for s in out[:3]] * repeat
 
 
-def test_shared_head_is_the_longest_opening_that_leaves_every_prompt_a_token():
-    assert shared_head([(1, 2, 3, 4), (1, 2, 5)]) == 2
-    assert shared_head([(1, 2, 3), (1, 2, 3, 4)]) == 2  # not all of (1, 2, 3): it would have no token left
-    assert shared_head([(1, 2), (3, 4)]) == 0
-    assert shared_head([(7,), (7, 8)]) == 0
+def test_shared_opening_is_the_longest_opening_that_leaves_every_prompt_a_token():
+    assert shared_opening([(1, 2, 3, 4), (1, 2, 5)]) == 2
+    assert shared_opening([(1, 2, 3), (1, 2, 3, 4)]) == 2  # not all of (1, 2, 3): it would have no token left
+    assert shared_opening([(1, 2), (3, 4)]) == 0
+    assert shared_opening([(7,), (7, 8)]) == 0
 
 
 @pytest.mark.parametrize("case", ["repeated prompts", "a shared opening", "both"])
@@ -255,9 +255,9 @@ def test_shared_prompts_run_once_and_give_the_same_logprobs_and_gradients(tiny, 
                "both": lambda: _opening_samples(tokenizer, repeat=True)}[case]()  # fmt: skip
     shared = collate(samples, tokenizer.pad_token_id, "cpu", share_prompts=True)
     assert "ids" not in shared and "prefix_ids" not in collate(samples, tokenizer.pad_token_id, "cpu")  # off unless asked
-    distinct, head = {"repeated prompts": (5, 0), "a shared opening": (10, 12), "both": (10, 12)}[case]
+    distinct, opening = {"repeated prompts": (5, 0), "a shared opening": (10, 12), "both": (10, 12)}[case]
     assert shared["prefix_ids"].shape[0] == distinct and shared["index"].shape[0] == len(samples)
-    assert shared.get("head_ids", torch.zeros(1, 0)).shape == (1, head)
+    assert shared.get("opening_ids", torch.zeros(1, 0)).shape == (1, opening)
     results = []
     for batch in (collate(samples, tokenizer.pad_token_id, "cpu"), shared):
         m = copy.deepcopy(model).train()
