@@ -97,13 +97,19 @@ def reply_ids(agent: LLMAgent, command: str, env_id: str) -> list[int]:
     return tok(reply, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
 
 
-def warm_up_from_config(cfg: Config, agent: LLMAgent, model, vocab: int, world=SINGLE) -> tuple[list[Sample], list[float]]:
-    """The trainer's warm-up as `cfg` sets it: demonstrations from cfg.sft.sft_episodes start states
-    (never held-out ones), then cfg.sft.sft_steps supervised steps. Returns (demos, losses). Under
-    torchrun every rank records the same demonstrations and trains on its slice of each batch."""
+def demos_from_config(cfg: Config, agent: LLMAgent) -> list[Sample]:
+    """The warm-up's demonstrations as `cfg` sets them: cfg.sft.sft_episodes start states drawn from
+    cfg.seed (never held-out ones), recorded with cfg.sft.sft_noise."""
     seeds = [int(s) for s in np.random.default_rng(cfg.seed).integers(0, HELD_OUT_SEED, cfg.sft.sft_episodes)]
-    demos = expert_demos(agent, cfg.env, seeds, cfg.sft.sft_noise, random.Random(cfg.seed), env_kwargs(cfg),
-                         cfg.workers)  # fmt: skip
+    return expert_demos(agent, cfg.env, seeds, cfg.sft.sft_noise, random.Random(cfg.seed), env_kwargs(cfg),
+                        cfg.workers)  # fmt: skip
+
+
+def warm_up_from_config(cfg: Config, agent: LLMAgent, model, vocab: int, world=SINGLE) -> tuple[list[Sample], list[float]]:
+    """The trainer's warm-up as `cfg` sets it: its demonstrations (demos_from_config), then
+    cfg.sft.sft_steps supervised steps. Returns (demos, losses). Under torchrun every rank records
+    the same demonstrations and trains on its slice of each batch."""
+    demos = demos_from_config(cfg, agent)
     sft = Learner.for_run(model, cfg, agent.tokenizer.pad_token_id, vocab, lr=cfg.sft.sft_lr, seed=cfg.seed, world=world)
     return demos, warm_up(sft, demos, cfg.sft.sft_steps, cfg.sft.sft_batch_size, cfg.seed)
 

@@ -316,22 +316,16 @@ def warmup_step(steps: int, rounds: int, flags: list[str]) -> dict:
     import copy
     from dataclasses import replace
 
-    import numpy as np
-
     from algos.cli import parse_config
-    from algos.config import env_kwargs
     from algos.learner import Learner
     from algos.run import Run
-    from algos.sft import expert_demos, warm_up
-    from envs.base import HELD_OUT_SEED
+    from algos.sft import demos_from_config, warm_up
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = parse_config(["--output-dir", str(Path(tmp) / "run"), "--sft-steps", "0", "--eval-episodes", "0", *flags])
         with Run(cfg) as run:
             cfg = run.cfg
-            seeds = [int(s) for s in np.random.default_rng(cfg.seed).integers(0, HELD_OUT_SEED, cfg.sft.sft_episodes)]
-            demos = expert_demos(run.agent, cfg.env, seeds, cfg.sft.sft_noise, random.Random(cfg.seed),
-                                 env_kwargs(cfg), cfg.workers)  # fmt: skip
+            demos = demos_from_config(cfg, run.agent)  # the warm-up's own
             start_weights = copy.deepcopy(run.model.state_dict())
             seconds: dict[bool, list[float]] = {True: [], False: []}
             losses: dict[bool, list[float]] = {}
