@@ -91,7 +91,8 @@ def advantage_inputs(cfg: AdvantageConfig, steps: Sequence[Step], algo: str) -> 
 def step_signal(episode: F64, step: F64) -> dict[str, float]:
     """How much of a GiGPO batch's advantage comes from the step term (`step`: already times omega):
     its share of the summed magnitudes, sum|step| / (sum|episode| + sum|step|) (0 for an all-zero
-    batch); the fraction of rows where it is not 0 (rows whose anchor group saw different returns);
+    batch); the fraction of rows where it is not 0 (rows whose anchor group saw different returns;
+    magnitudes below NEGLIGIBLE count as 0, as in the sign test);
     and the fraction of rows whose GiGPO advantage has another sign than the episode term alone, GRPO's
     direction (the step term overrules it, or directs a row it leaves at 0): where the two disagree."""
     if not len(step):
@@ -99,7 +100,7 @@ def step_signal(episode: F64, step: F64) -> dict[str, float]:
     e, s = float(np.abs(episode).sum()), float(np.abs(step).sum())
     return {
         "gigpo/step_share": s / (e + s) if e + s > 0 else 0.0,
-        "gigpo/step_nonzero_frac": float((np.abs(step) > 1e-9).mean()),
+        "gigpo/step_nonzero_frac": float((np.abs(step) > NEGLIGIBLE).mean()),
         "gigpo/sign_change_frac": float((_sign(episode + step) != _sign(episode)).mean()),
     }
 

@@ -167,6 +167,16 @@ def test_sign_changes_hand_computed() -> None:
     assert step_signal(ep, step)["gigpo/sign_change_frac"] == pytest.approx(2 / 5)
 
 
+def test_step_nonzero_frac_counts_float_noise_as_zero_like_the_sign_test() -> None:
+    # rows 0-2 carry a step term; rows 3 and 4 hold float noise (1e-8, -5e-7, both below NEGLIGIBLE)
+    # and count as 0 in both fractions: 3 of 5 rows are touched, and no sign changes
+    ep = np.array([1.0, -1.0, 0.5, 0.0, 0.0])
+    step = np.array([0.5, -0.25, 1e-3, 1e-8, -5e-7])
+    signal = step_signal(ep, step)
+    assert signal["gigpo/step_nonzero_frac"] == pytest.approx(3 / 5)
+    assert signal["gigpo/sign_change_frac"] == 0.0
+
+
 def test_singleton_anchors_have_zero_step_advantage() -> None:
     keys = ["k0", "k1", "k2", "k3", "k4", "k5"]  # every step its own anchor group
     for norm in ("mean", "mean_std"):
