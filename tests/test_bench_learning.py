@@ -317,7 +317,7 @@ def test_each_ablation_changes_one_setting_of_its_base_and_is_compared_with_it()
         return {f"{name}.{k}": v for name in ("advantages", "learner", "sampling", "data")
                 for k, v in dataclasses.asdict(getattr(cfg, name)).items()}  # fmt: skip
 
-    assert len(ABLATION_BASES) == 12
+    assert len(ABLATION_BASES) == 16
     for key, base_key in ABLATION_BASES.items():
         p, base = PRESETS[key], PRESETS[base_key]
         changed = {f.name for f in dataclasses.fields(Preset) if getattr(p, f.name) != getattr(base, f.name)}
@@ -329,7 +329,8 @@ def test_each_ablation_changes_one_setting_of_its_base_and_is_compared_with_it()
                           set()), (key, differ)  # fmt: skip
         assert bool(differ) != (changed - {"algos", "warm_from"} == {"sft_steps"}), key  # one change, never none
         assert ((key, "gigpo"), (base_key, "gigpo")) in COMPARISONS
-        assert p.sft_steps != 90 or p.warm_from == "keydoor"  # RL settings start from the defaults' warm-ups
+        if differ:  # an RL setting starts from its base's very warm-ups
+            assert p.warm_from == (base.warm_from or base_key), key
 
 
 def test_the_default_job_is_the_step_placement_and_earlier_presets_name_theirs():
