@@ -4,8 +4,9 @@
     python -m algos.train --env TextWorld-CoinCollector-v0 --env-kwargs level 10 num_games 200
     python -m algos.train --resume runs/KeyDoor-v0-gigpo-s0-20261203-101500 --iterations 32
 
-Precedence: defaults < YAML preset (`--config`) < flags. A preset maps options to values, flat or
-by section (algos/config.py); its values are checked against the options' types as they enter.
+Precedence: defaults < the presets that a named model or env brings (algos/presets.py) < a YAML
+preset (`--config`) < flags. A preset maps options to values, flat or by section (algos/config.py);
+its values are checked against the options' types as they enter.
 `--env-kwargs KEY VALUE ...` (or `KEY=VALUE`) passes keyword arguments to gymnasium.make, each
 value read as YAML (10 -> int, true -> bool, [a, b] -> list), a preset's `env_kwargs:` mapping
 overridden key by key; `max_episode_steps` sets the time limit. `--resume RUN_DIR` reads the run's
@@ -24,7 +25,8 @@ from pathlib import Path
 import tyro
 import yaml
 
-from algos.config import Config, ConfigError, from_flat
+from algos import presets
+from algos.config import SECTIONS, Config, ConfigError, from_flat
 
 HELP = "Train an LLM agent on a multi-step text env with GRPO, GiGPO or RLOO (docs/design.md)."
 
@@ -71,25 +73,45 @@ def key_value_pairs(tokens: list[str]) -> dict[str, str]:
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
-    """Defaults < --config YAML < flags. Raises ConfigError on a user mistake."""
+    """Defaults < a named model's or env's preset (algos/presets.py) < --config YAML < flags. Raises
+    ConfigError on a user mistake."""
     argv = list(sys.argv[1:] if argv is None else argv)
     extra_env_kwargs = _pop_env_kwargs(argv)
-    base = Config()
+    layers = []  # (label, preset), lowest first; flags go on top
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
             raise ConfigError("--config needs a path, e.g. --config configs/default.yaml")
         path = argv[i + 1]
         del argv[i : i + 2]
-        preset = load_preset(path)
+        layers.append((path, load_preset(path)))
+    asked = _cli(layers, extra_env_kwargs, argv)  # what the user asked for: which model, which env
+    model = presets.model_preset(asked.model)
+    if model:  # its env counts where the user named none
+        asked = _cli([(str(model), load_preset(str(model))), *layers], extra_env_kwargs, argv)
+    named = [(str(path), load_preset(str(path))) for _, path in presets.named(asked.model, asked.env)]
+    if not named:
+        return asked
+    return _cli([*named, *layers], extra_env_kwargs, argv)
+
+
+def _cli(layers: list[tuple[str, dict]], extra_env_kwargs: dict[str, str], argv: list[str]) -> Config:
+    """The presets in order (a later one wins; env_kwargs merge key by key), then the flags."""
+    values: dict = {}
+    env_kw: dict[str, str] = {}
+    for label, preset in layers:
         if isinstance(preset.get("env_kwargs"), dict):  # the CLI type is str -> str; values are re-read as YAML
-            preset["env_kwargs"] = {str(k): v if isinstance(v, str) else json.dumps(v)  # JSON is YAML
-                                    for k, v in preset["env_kwargs"].items()}  # fmt: skip
+            env_kw.update({str(k): v if isinstance(v, str) else json.dumps(v)  # JSON is YAML
+                           for k, v in preset["env_kwargs"].items()})  # fmt: skip
         elif "env_kwargs" in preset:
-            raise ConfigError(f"{path}: env_kwargs must be a mapping, e.g. env_kwargs: {{level: 5}}")
-        base = from_flat(preset)
-    base = replace(base, env_kwargs={**base.env_kwargs, **extra_env_kwargs})  # flags override the preset key by key
-    return tyro.cli(Config, default=base, args=argv, description=HELP, prog="python -m algos.train")
+            raise ConfigError(f"{label}: env_kwargs must be a mapping, e.g. env_kwargs: {{level: 5}}")
+        for key, value in preset.items():  # a section's mapping merges option by option, like flat keys
+            if key in SECTIONS and isinstance(value, dict):
+                values.update(value)
+            elif key != "env_kwargs":
+                values[key] = value
+    base = replace(from_flat(values), env_kwargs={**env_kw, **extra_env_kwargs})  # flags override key by key
+    return tyro.cli(Config, default=base, args=list(argv), description=HELP, prog="python -m algos.train")
 
 
 def _pop_env_kwargs(argv: list[str]) -> dict[str, str]:

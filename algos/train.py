@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from algos import distributed
+from algos import distributed, presets
 from algos.checkpoint import Finished, check_model
 from algos.cli import parse_config, resume_argv
 from algos.config import Config, ConfigError
@@ -67,7 +67,7 @@ def train(cfg: Config, resume: Path | None = None) -> RunDir:
                     raise stop.error(stop.message(run.save(it)))
                 break  # --max-env-steps spent
             if run.due(run.cfg.log.eval_every, it) and run.cfg.log.eval_episodes:
-                run.loop.held_out = run.evaluate(it)["eval/success_rate"]
+                run.loop.evaluated(run.evaluate(it))
             if run.due(run.cfg.log.save_every, it):
                 run.save(it)
         return run.finish()  # the final evaluation and checkpoint
@@ -90,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
         validate(cfg)  # before anything heavy loads
         if resume is None:
             check_model(cfg.model)  # a --model folder's files are intact (cheap: no weights read)
-            if (note := toy_defaults_note(cfg)) and distributed.from_env().main:
+            notes = [f"{flag} brings configs/{path.name} (a flag or --config still wins)"
+                     for flag, path in presets.named(cfg.model, cfg.env)]  # fmt: skip
+            if note := toy_defaults_note(cfg):
+                notes.append(note)
+            for note in notes if distributed.from_env().main else []:
                 print(f"note: {note}", file=sys.stderr)
         train(cfg, resume)  # may still find a mistake once the env is loaded (e.g. no expert)
     except ConfigError as e:

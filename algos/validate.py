@@ -89,8 +89,10 @@ TOY_TUNED = ("lr", "sft_lr", "sft_batch_size", "sft_steps")  # chosen for the ti
 
 def toy_defaults_note(cfg: Config) -> str | None:
     """A one-line note when a pretrained --model (not one built here with random weights, not a checkpoint
-    of this trainer) runs with the options tuned for the tiny model left at their defaults; None otherwise."""
+    of this trainer) runs with the options tuned for the tiny model left at their defaults; None otherwise.
+    A named model brings its preset (algos/presets.py), so this is for a path or a hub id."""
     from agents.model import RANDOM_INIT
+    from algos.presets import written_for
     from algos.run_dir import TRAINER_STATE
 
     if cfg.model in RANDOM_INIT or os.path.isfile(os.path.join(os.path.expanduser(cfg.model), TRAINER_STATE)):
@@ -100,9 +102,11 @@ def toy_defaults_note(cfg: Config) -> str | None:
             if ours[name] == defaults[name]]  # sft_steps unset: the fresh-model warm-up length
     if not kept:
         return None
+    preset = written_for(cfg.model)
+    where = (f"its preset is --config configs/{preset.name}" if preset else
+             "presets for real models are in configs/ (e.g. --config configs/qwen2.5-1.5b.yaml)")  # fmt: skip
     return (f"--model {cfg.model} is pretrained, but {', '.join(kept)} are the defaults tuned for the randomly "
-            "initialised tiny model and were kept; presets for real models are in configs/ "
-            "(e.g. --config configs/smollm2-135m.yaml)")
+            f"initialised tiny model and were kept; {where}")
 
 
 

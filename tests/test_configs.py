@@ -2,13 +2,15 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agents.vllm_backend import vllm_available
 from algos.cli import key_value_pairs, load_preset, parse_config
 from algos.config import SECTIONS, Config, ConfigError, env_kwargs, flat, from_flat
 from algos.validate import validate
 
-PRESETS = sorted(Path(__file__).resolve().parent.parent.joinpath("configs").glob("*.yaml"))
+ROOT = Path(__file__).resolve().parent.parent
+PRESETS = sorted(ROOT.joinpath("configs").glob("*.yaml"))
 
 
 def test_there_are_presets():
@@ -82,19 +84,95 @@ def test_each_option_is_defined_once_and_round_trips():
 
 
 def test_a_pretrained_model_with_the_toys_learning_rates_gets_a_note(tmp_path):
+    """A hub id or a folder the project cannot know keeps the defaults, with a note naming them; a named
+    model brings its preset instead (below), so it gets none."""
     from algos.config import DEFAULT_SFT_STEPS
     from algos.validate import toy_defaults_note
 
-    note = toy_defaults_note(parse_config(["--model", "smollm2-135m-instruct"]))
+    note = toy_defaults_note(parse_config(["--model", "HuggingFaceTB/SmolLM2-135M-Instruct"]))
     assert note and "\n" not in note
     kept = f"lr 0.00015, sft_lr 0.001, sft_batch_size 64, sft_steps {DEFAULT_SFT_STEPS}"
-    assert kept in note and "configs/smollm2-135m.yaml" in note
-    tuned = toy_defaults_note(parse_config(["--model", "smollm2-135m-instruct", "--lr", "2e-6", "--sft-steps", "0"]))
+    assert kept in note and "presets for real models are in configs/" in note
+    tuned = toy_defaults_note(parse_config(["--model", "/some/model", "--lr", "2e-6", "--sft-steps", "0"]))
     assert "lr 2e-06" not in tuned and "sft_steps" not in tuned and "sft_lr 0.001" in tuned
-    assert toy_defaults_note(parse_config(["--config", "configs/smollm2-135m.yaml"])) is None  # the preset sets them all
+    own = toy_defaults_note(parse_config(["--model", "Qwen/Qwen2.5-1.5B-Instruct"]))
+    assert own.endswith("its preset is --config configs/qwen2.5-1.5b.yaml")  # a hub id with a shipped preset
+    assert toy_defaults_note(parse_config(["--model", "smollm2-135m-instruct"])) is None  # its preset sets them all
     assert toy_defaults_note(parse_config([])) is None  # the tiny model: the defaults are its own
     assert toy_defaults_note(parse_config(["--model", "tiny-qwen2.5"])) is None  # random weights
     ckpt = tmp_path / "iter_3"
     ckpt.mkdir()
     (ckpt / "trainer_state.pt").write_bytes(b"")
     assert toy_defaults_note(parse_config(["--model", str(ckpt)])) is None  # trained here: its run chose them
+
+
+# ---- named models and envs bring their presets (algos/presets.py) ---------------------------------
+@pytest.mark.parametrize(("flags", "preset"), [
+    (["--model", "smollm2-135m-instruct"], "smollm2-135m.yaml"),
+    (["--model", "tiny-qwen2.5"], "tiny-qwen2.5.yaml"),
+    (["--env", "TextWorld-CoinCollector-v0"], "textworld_coin.yaml"),
+    (["--env", "Sokoban-v0"], "sokoban.yaml"),
+    (["--env", "Arithmetic-v0"], "arithmetic.yaml"),
+])  # fmt: skip
+def test_a_named_model_or_env_resolves_to_its_preset(flags, preset):
+    assert flat(parse_config(flags)) == flat(parse_config(["--config", str(ROOT / "configs" / preset)]))
+
+
+def test_flags_and_a_config_file_win_over_the_named_presets(tmp_path):
+    cfg = parse_config(["--model", "smollm2-135m-instruct", "--lr", "1e-5", "--env", "KeyDoor-v0"])
+    assert (cfg.learner.lr, cfg.env, cfg.sft.sft_steps, cfg.sft.sft_lr) == (1e-5, "KeyDoor-v0", 30, 5e-5)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("sft_steps: 5\nenv_kwargs: {level: 3}\n")
+    cfg = parse_config(["--config", str(mine), "--env", "TextWorld-CoinCollector-v0", "--env-kwargs", "num_games=8"])
+    assert cfg.sft.sft_steps == 5 and cfg.log.eval_episodes == 32  # the file's value; the env preset's for the rest
+    assert env_kwargs(cfg) == {"level": 3, "num_games": 8, "num_held_out": 32}  # key by key: preset < file < flag
+    cfg = parse_config(["--env", "Sokoban-Medium-v0"])  # a family's preset keeps the id's own level
+    assert (cfg.env, cfg.sft.sft_steps) == ("Sokoban-Medium-v0", 90)
+
+
+def test_the_model_preset_wins_over_the_env_preset():
+    """SmolLM2 on coin collector: the model's warm-up (30 steps of 8 at 5e-5, minutes) over the env's 90 steps
+    of 64 at 1e-3 (hours, and too hot for pretrained weights); the env's own settings stay."""
+    cfg = parse_config(["--model", "smollm2-135m-instruct", "--env", "TextWorld-CoinCollector-v0"])
+    assert (cfg.env, cfg.sft.sft_steps, cfg.sft.sft_batch_size, cfg.sft.sft_lr) == ("TextWorld-CoinCollector-v0", 30, 8, 5e-5)
+    assert env_kwargs(cfg) == {"level": 10, "num_games": 100, "num_held_out": 32}
+
+
+def test_paths_hub_ids_and_the_default_bring_no_preset():
+    defaults = flat(Config())
+    for flags in ([], ["--model", "Qwen/Qwen2.5-1.5B-Instruct"], ["--model", "/some/model"], ["--env", "KeyDoor-Hard-v0"],
+                  ["--env", "mypkg:Sokoban-v0"]):  # fmt: skip
+        values = flat(parse_config(flags))
+        assert {k: v for k, v in values.items() if v != defaults[k] and k not in ("model", "env")} == {}, flags
+
+
+def test_the_preset_tables_point_at_presets_that_fit():
+    """Each named preset exists; a model's preset trains that model; an env's preset names no model and is
+    written for an env of the family it is mapped to."""
+    from algos.presets import ENV_PRESETS, MODEL_PRESETS, named
+    from envs import KEYDOOR_IDS, SINGLE_TURN_IDS, SOKOBAN_IDS, TEXTWORLD_IDS
+
+    family = {env: i for i, ids in enumerate((KEYDOOR_IDS, SINGLE_TURN_IDS, SOKOBAN_IDS, TEXTWORLD_IDS)) for env in ids}
+
+    for model, name in MODEL_PRESETS.items():
+        preset = load_preset(str(ROOT / "configs" / name))
+        assert preset.get("model", model) == model
+    for env, name in ENV_PRESETS.items():
+        preset = load_preset(str(ROOT / "configs" / name))
+        assert "model" not in preset and family[env] == family[preset["env"]]
+    assert [flag for flag, _ in named("smollm2-135m-instruct", "Sokoban-v0")] == ["--env Sokoban-v0",
+                                                                                   "--model smollm2-135m-instruct"]  # fmt: skip
+
+
+def test_a_resumed_run_keeps_its_own_config_over_the_presets(tmp_path):
+    """--resume reads the run's config.yaml as --config: every value is there, so a named preset changes nothing."""
+    from algos.cli import resume_argv
+
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = flat(parse_config(["--model", "smollm2-135m-instruct", "--sft-steps", "12", "--lr", "3e-6"]))
+    (run / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    argv, _ = resume_argv(["--resume", str(run)])
+    assert flat(parse_config(argv)) == {**saved, "output_dir": str(run)}
+
+
