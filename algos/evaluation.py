@@ -1,6 +1,7 @@
-"""Held-out evaluation: play tasks with a policy, in batches, and summarise the episodes.
+"""Held-out evaluation: play tasks with a policy, in batches, summarise the episodes, and say what
+changed between two policies played on the same tasks (`paired_lift`, with its 95 % interval).
 
-Shared by the trainer's periodic evaluation (algos/train.py) and `python -m scripts.evaluate`.
+Shared by the trainer's evaluations (`evaluate`, called by algos/run.py) and `python -m scripts.evaluate`.
 Tasks are reset seeds from HELD_OUT_SEED on (never in the training pool). A policy is
 anything with the agent's `act(views)`: the LLM agent, or a scripted baseline (a random
 admissible command, the env's expert action).
@@ -11,13 +12,17 @@ from __future__ import annotations
 import math
 import random
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from tqdm import tqdm
 
-from agents.agent import Act
+from agents.agent import Act, LLMAgent
 from agents.parser import OK
+from algos import distributed
 from algos.collector import Collector, Trajectory
+from algos.config import Config, env_kwargs
 from envs.base import HELD_OUT_SEED
 from envs.workers import WorkerConfig
 from rewards.audit import wilson
@@ -97,3 +102,128 @@ def play(agent, env_id: str, env_kwargs: dict, seeds: list[int], samples: int = 
             trajs += collector.collect(agent, chunk, first_traj_id=len(trajs), first_group_id=start, on_done=bar.update)
     collector.close()
     return trajs
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One held-out evaluation: the metrics it logs and each task's outcome (task seed -> won, per
+    episode), which `paired_lift` pairs with another evaluation's on the same tasks."""
+
+    metrics: dict[str, float]
+    outcomes: dict[int, list[bool]]
+
+    @property
+    def success_rate(self) -> float:
+        return self.metrics["eval/success_rate"]
+
+
+def evaluate(agent: LLMAgent, cfg: Config, episodes: int, world=distributed.SINGLE) -> HeldOut:
+    """Held-out episodes, one per task, sampled at the training temperature (algos/evaluation.py);
+    under torchrun each rank plays its share of the tasks, and every rank gets all of them."""
+    seeds = held_out_seeds(episodes)[world.rank :: world.size]
+    trajs = play(agent, cfg.env, env_kwargs(cfg), seeds, max_envs=episodes, leave=False,
+                 workers=cfg.workers) if seeds else []  # fmt: skip
+    every = [t for part in distributed.gather(trajs, world) for t in part]
+    m = summarize(every)
+    return HeldOut({"eval/success_rate": m["success_rate"], "eval/episode_length": m["mean_steps"],
+                    "eval/invalid_action_rate": m["invalid_action_rate"]}, outcomes(every))  # fmt: skip
+
+
+# ---- intervals: what changed between two policies on the same tasks ---------------------------
+# Two-sided 95 % quantiles of Student's t, by degrees of freedom (1-30); beyond, the normal's 1.96.
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)  # fmt: skip
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1; nan for fewer than two values)."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def interval95(values: Sequence[float]) -> tuple[float, float]:
+    """The t-based 95 % confidence interval of the mean (nan, nan for fewer than two values)."""
+    mean, std = mean_std(values)
+    if math.isnan(std):
+        return math.nan, math.nan
+    half = (T975[len(values) - 2] if len(values) - 1 <= len(T975) else 1.96) * std / math.sqrt(len(values))
+    return mean - half, mean + half
+
+
+def newcombe_paired(before: Sequence[bool], after: Sequence[bool], z: float = 1.96) -> tuple[float, float, float]:
+    """after - before as a difference of paired proportions (pair i: the same task played by both), with
+    Newcombe's hybrid score interval for paired data (Statist. Med. 1998, 17:2635, method 10: Wilson
+    intervals of both proportions, combined with the continuity-corrected phi of the 2x2 table).
+    Returns (difference, low, high) as fractions. Unlike a t interval over the per-task differences it
+    stays informative when no pair differs (an interval of width 0 would claim certainty)."""
+    n = len(before)
+    if n == 0 or len(after) != n:
+        raise ValueError(f"need the same tasks on both sides (got {n} and {len(after)})")
+    both = sum(b and a for b, a in zip(before, after))
+    only_before = sum(b and not a for b, a in zip(before, after))
+    only_after = sum(a and not b for b, a in zip(before, after))
+    neither = n - both - only_before - only_after
+    p_b, p_a = (both + only_before) / n, (both + only_after) / n
+    l_b, u_b = wilson(both + only_before, n, z)
+    l_a, u_a = wilson(both + only_after, n, z)
+    cross = both * neither - only_before * only_after
+    cross = cross - n / 2 if cross > n / 2 else min(cross, 0)  # Newcombe's continuity correction of phi
+    margins = (both + only_before) * (only_after + neither) * (both + only_after) * (only_before + neither)
+    phi = cross / math.sqrt(margins) if margins else 0.0
+    diff = p_a - p_b
+    low = diff - math.sqrt(max(0.0, (p_a - l_a) ** 2 - 2 * phi * (p_a - l_a) * (u_b - p_b) + (u_b - p_b) ** 2))
+    high = diff + math.sqrt(max(0.0, (u_a - p_a) ** 2 - 2 * phi * (u_a - p_a) * (p_b - l_b) + (p_b - l_b) ** 2))
+    return diff, low, high
+
+
+@dataclass(frozen=True)
+class Lift:
+    """after - before on the same held-out tasks, in points, with its 95 % interval."""
+
+    points: float
+    low: float
+    high: float
+    tasks: int
+    episodes: int
+    """Episodes behind it on each side (tasks x episodes per task)."""
+    method: str
+    """newcombe (one episode per task: paired proportions) or t (several: the per-task mean differences)."""
+
+    def line(self, what: str) -> str:
+        """One line: `what` (e.g. "RL's lift over the warm-up"), the points, the interval, what it rests on."""
+        each = "one episode" if self.episodes == self.tasks else f"{self.episodes // self.tasks} episodes"
+        return (f"{what}: {self.points:+.1f} points, 95 % interval [{self.low:+.1f}, {self.high:+.1f}] "
+                f"({self.tasks} held-out tasks, {each} each before and after)")
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        return {f"{prefix}": self.points, f"{prefix}_low": self.low, f"{prefix}_high": self.high}
+
+
+def paired_lift(before: dict[int, list[bool]], after: dict[int, list[bool]]) -> Lift | None:
+    """after - before over the tasks both played (task seed -> each episode's outcome); None if none.
+    One episode per task on each side: Newcombe's paired interval (`newcombe_paired`); several: the
+    t interval of the per-task differences of success rates (tasks are the independent units)."""
+    tasks = sorted(set(before) & set(after))
+    if not tasks:
+        return None
+    episodes = sum(min(len(before[t]), len(after[t])) for t in tasks)
+    if all(len(before[t]) == len(after[t]) == 1 for t in tasks):
+        diff, low, high = newcombe_paired([before[t][0] for t in tasks], [after[t][0] for t in tasks])
+        return Lift(100 * diff, 100 * low, 100 * high, len(tasks), episodes, "newcombe")
+    diffs = [100 * (float(np.mean(after[t])) - float(np.mean(before[t]))) for t in tasks]
+    low, high = interval95(diffs)
+    return Lift(float(np.mean(diffs)), low, high, len(tasks), episodes, "t")
+
+
+def outcomes(trajs: list[Trajectory]) -> dict[int, list[bool]]:
+    """Each task's episodes (task seed -> won, in play order): what `paired_lift` pairs."""
+    out: dict[int, list[bool]] = {}
+    for t in sorted(trajs, key=lambda t: t.traj_id):
+        out.setdefault(t.seed, []).append(bool(t.won))
+    return out

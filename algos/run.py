@@ -34,14 +34,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from agents.agent import LLMAgent
 from agents.model import load_model, resolve_model
 from algos import checkpoint, distributed
 from algos.collector import Collector, Step, Trajectory
 from algos.config import Config, ConfigError, env_kwargs, flat
 from algos.credit import compute_advantages, informative, informative_sample
 from algos.data import DataLayer, task_sampler
-from algos.evaluation import held_out_seeds, play, summarize
+from algos.evaluation import HeldOut, Lift, evaluate, paired_lift
 from algos.learner import Learner
 from algos.logprobs import Sample, training_samples
 from algos.policy import build_policy
@@ -94,17 +93,6 @@ class Stop:
     message: Callable[[Path], str] | None = None
 
 
-def evaluate(agent: LLMAgent, cfg: Config, episodes: int, world=distributed.SINGLE) -> dict[str, float]:
-    """Held-out episodes, one per task, sampled at the training temperature (algos/evaluation.py);
-    under torchrun each rank plays its share of the tasks."""
-    seeds = held_out_seeds(episodes)[world.rank :: world.size]
-    trajs = play(agent, cfg.env, env_kwargs(cfg), seeds, max_envs=episodes, leave=False,
-                 workers=cfg.workers) if seeds else []  # fmt: skip
-    m = summarize([t for part in distributed.gather(trajs, world) for t in part])
-    return {"eval/success_rate": m["success_rate"], "eval/episode_length": m["mean_steps"],
-            "eval/invalid_action_rate": m["invalid_action_rate"]}  # fmt: skip
-
-
 @dataclass
 class LoopState:
     """What the loop carries from one iteration to the next (a checkpoint's "loop" entry, with the data
@@ -117,6 +105,18 @@ class LoopState:
     held_out: float | None = None
     held: list[Sample] = field(default_factory=list)
     failed_rewards: dict[str, int] = field(default_factory=dict)  # per source: iterations in a row it failed
+    start: dict[int, list[bool]] = field(default_factory=dict)  # held-out task -> outcomes before RL
+
+    def evaluated(self, result: HeldOut) -> None:
+        """A held-out evaluation after the last finished iteration; the one before RL (iteration 0) is
+        also the baseline that the run's final evaluation is paired with (`lift`)."""
+        self.held_out = result.success_rate
+        if self.iteration == 0:
+            self.start = result.outcomes
+
+    def lift(self, final: HeldOut) -> Lift | None:
+        """What RL did: the final evaluation against the one before RL, task by task (None without one)."""
+        return paired_lift(self.start, final.outcomes)
 
     def advance(self, it: int, batch: Batch, update: Update) -> None:
         """The one place the loop's state moves: iteration `it` is done with its env steps, its update
@@ -136,14 +136,16 @@ class LoopState:
         """Every rank's held samples as plain lists, gathered (rank 0 writes them all)."""
         rows = [[s.prompt_ids, s.response_ids, s.advantage, s.old_logprobs, s.is_weights, s.mask] for s in self.held]
         return {"env_steps": self.env_steps, "bad_updates": self.bad_updates, "held_out": self.held_out,
-                "held": distributed.gather(rows, world), "failed_rewards": self.failed_rewards}  # fmt: skip
+                "held": distributed.gather(rows, world), "failed_rewards": self.failed_rewards,
+                "start": self.start}  # fmt: skip
 
     @classmethod
     def from_dict(cls, iteration: int, loop: dict, world) -> LoopState:
         ranks = loop.get("held", [])
         held = [Sample(*row) for row in ranks[world.rank]] if len(ranks) == world.size else []
+        start = {int(seed): list(won) for seed, won in loop.get("start", {}).items()}
         return cls(iteration, loop.get("env_steps", 0), loop.get("bad_updates", 0), loop.get("held_out"), held,
-                   dict(loop.get("failed_rewards", {})))  # fmt: skip
+                   dict(loop.get("failed_rewards", {})), start)  # fmt: skip
 
 
 @dataclass
@@ -278,8 +280,8 @@ class Run:
                 return problem
             self.learner.anchor_reference()
         if cfg.log.eval_episodes:
-            loop.held_out = self.evaluate(0)["eval/success_rate"]
-            self.say(f"success after warm-up: {loop.held_out:.1%}")
+            loop.evaluated(self.evaluate(0))
+            self.say(f"success {'after warm-up' if cfg.sft.sft_steps else 'before RL'}: {loop.held_out:.1%}")
         if cfg.sft.sft_steps > 0:  # the warmed-up model: a baseline, and a start that skips SFT
             self.save(0)
         return None
@@ -410,10 +412,10 @@ class Run:
         """Whether an every-N-iterations job runs after iteration `it` (the last one has its own)."""
         return bool(every) and it % every == 0 and it < self.cfg.iterations
 
-    def evaluate(self, it: int) -> dict[str, float]:
+    def evaluate(self, it: int) -> HeldOut:
         """The held-out episodes (the same seeds every time), logged at iteration `it`."""
         result = evaluate(self.agent, self.cfg, self.cfg.log.eval_episodes, self.world)
-        self.dir.log(it, result)
+        self.dir.log(it, result.metrics)
         return result
 
     def save(self, it: int) -> Path:
@@ -421,7 +423,8 @@ class Run:
         model and its held-out baseline) the optimizer, sampler and loop state."""
         rl = it > 0
         loop = {**self.loop.to_dict(self.world), "next_group_id": self.data.next_group_id,
-                "next_traj_id": self.data.next_traj_id} if rl else {"held_out": self.loop.held_out}  # fmt: skip
+                "next_traj_id": self.data.next_traj_id} if rl else {"held_out": self.loop.held_out,
+                                                                    "start": self.loop.start}  # fmt: skip
         return checkpoint.save(self.dir, it, self.model, self.tokenizer, self.learner if rl else None, self.cfg,
                                self.data.sampler if rl else None, self.agent, loop, self.world)  # fmt: skip
 
@@ -429,11 +432,17 @@ class Run:
         """The final evaluation and checkpoint, then everything closed."""
         self.collector.close()
         last = self.loop.iteration
+        lift = None
         if self.cfg.log.eval_episodes:
-            self.loop.held_out = self.evaluate(last)["eval/success_rate"]  # the final checkpoint records it
+            final = self.evaluate(last)
+            self.loop.evaluated(final)  # the final checkpoint records it
             self.say(f"success after RL: {self.loop.held_out:.1%}")
+            if lift := self.loop.lift(final):  # the same tasks before and after RL, paired
+                self.dir.log(last, lift.metrics("eval/rl_lift"))
         path = self.save(last)
         self.say(f"checkpoint: {path}")
+        if lift:  # the run's last line
+            self.say(lift.line(f"RL's lift over {'the warm-up' if self.cfg.sft.sft_steps else 'the start'}"))
         self.dir.write_json("memory.json", {"ranks": distributed.gather(distributed.peak_memory_gib(self.device),
                                                                         self.world)})  # fmt: skip
         self.dir.close()

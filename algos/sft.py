@@ -12,6 +12,7 @@ expert's): the model then also sees how to recover from states the expert never 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -105,25 +106,32 @@ def demos_from_config(cfg: Config, agent: LLMAgent) -> list[Sample]:
                         cfg.workers)  # fmt: skip
 
 
-def warm_up_from_config(cfg: Config, agent: LLMAgent, model, vocab: int, world=SINGLE) -> tuple[list[Sample], list[float]]:
+def warm_up_from_config(cfg: Config, agent: LLMAgent, model, vocab: int, world=SINGLE,
+                        after_step: Callable[[int], None] | None = None) -> tuple[list[Sample], list[float]]:
     """The trainer's warm-up as `cfg` sets it: its demonstrations (demos_from_config), then
-    cfg.sft.sft_steps supervised steps. Returns (demos, losses). Under torchrun every rank records
-    the same demonstrations and trains on its slice of each batch."""
+    cfg.sft.sft_steps supervised steps (`after_step` as in `warm_up`). Returns (demos, losses). Under
+    torchrun every rank records the same demonstrations and trains on its slice of each batch."""
     demos = demos_from_config(cfg, agent)
     sft = Learner.for_run(model, cfg, agent.tokenizer.pad_token_id, vocab, lr=cfg.sft.sft_lr, seed=cfg.seed, world=world)
-    return demos, warm_up(sft, demos, cfg.sft.sft_steps, cfg.sft.sft_batch_size, cfg.seed)
+    return demos, warm_up(sft, demos, cfg.sft.sft_steps, cfg.sft.sft_batch_size, cfg.seed, after_step)
 
 
-def warm_up(learner: Learner, demos: list[Sample], steps: int, batch_size: int, seed: int) -> list[float]:
+def warm_up(learner: Learner, demos: list[Sample], steps: int, batch_size: int, seed: int,
+            after_step: Callable[[int], None] | None = None) -> list[float]:
+    """`steps` supervised steps on batches drawn from `demos`; `after_step(n)` runs after step n (1-based).
+    The batches and the learning rate (constant after its linear warm-up) depend on the step alone, so the
+    first n steps of a longer warm-up are exactly an n-step warm-up (benchmarks/bench_warmup.py)."""
     rng = random.Random(seed)
     losses = []
     bar = tqdm(range(steps), desc="warm-up (SFT)", leave=False, dynamic_ncols=True)
     episodes = demos[0].mask is not None  # chat: a batch is the episodes that hold batch_size replies
-    for _ in bar:
+    for step in bar:
         batch = rng.sample(demos, min(batch_size, len(demos))) if not episodes else replies(demos, batch_size, rng)
         loss = learner.sft_step(batch)
         losses.append(loss)
         bar.set_postfix(loss=f"{loss:.3f}")
+        if after_step is not None:
+            after_step(step + 1)
     return losses
 
 

@@ -21,16 +21,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from algos.evaluation import interval95, mean_std
+
 if TYPE_CHECKING:
     from benchmarks.learning_presets import Preset
 
 THRESHOLDS = (0.5, 0.8)
 Comparisons = Sequence[tuple[tuple[str, str], tuple[str, str]]]  # ((preset, algo) a, (preset, algo) b): a - b
-# Two-sided 95 % quantiles of Student's t, by degrees of freedom (1-30); beyond, the normal's 1.96.
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042)  # fmt: skip
-
 Curve = list[tuple[float, float]]  # (env steps, held-out success) per evaluation, in env-step order
 
 
@@ -38,26 +35,6 @@ Curve = list[tuple[float, float]]  # (env steps, held-out success) per evaluatio
 def steps_to_reach(curve: Curve, threshold: float) -> float | None:
     """Env steps at the first evaluation at or above `threshold` (no interpolation); None if none."""
     return next((x for x, y in curve if y >= threshold), None)
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof=1; nan for fewer than two values)."""
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    mean = sum(values) / n
-    if n < 2:
-        return mean, math.nan
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-
-
-def interval95(values: Sequence[float]) -> tuple[float, float]:
-    """The t-based 95 % confidence interval of the mean (nan, nan for fewer than two values)."""
-    mean, std = mean_std(values)
-    if math.isnan(std):
-        return math.nan, math.nan
-    half = (T975[len(values) - 2] if len(values) - 1 <= len(T975) else 1.96) * std / math.sqrt(len(values))
-    return mean - half, mean + half
 
 
 def paired_differences(a: dict[int, float], b: dict[int, float]) -> dict[int, float]:

@@ -14,7 +14,9 @@ Per policy: success rate with a 95 % Wilson interval, pass@k, mean return, mean 
 invalid-action rate, and one row per task. Baselines in the same report, on the same tasks:
 `random` (a random admissible command each step), `expert` (the env's expert_action),
 `base` (the model the run started from: the config's `model`, e.g. the untrained tiny model,
-or `--base-model PATH`), `warm` (the same run's model after its SFT warm-up, checkpoints/iter_0). Writes --output (JSON), the same stem
+or `--base-model PATH`), `warm` (the same run's model after its SFT warm-up, checkpoints/iter_0).
+With `warm` or `base`, the report also gives the checkpoint's lift over it, task by task on the same
+tasks, with its 95 % interval (algos/evaluation.py `paired_lift`). Writes --output (JSON), the same stem
 with .md (tables), _episodes.jsonl (every episode played: policy, task, outcome, actions) and
 _tasks.png / _steps.png (per-task success bars, a histogram of episode lengths).
 """
@@ -22,6 +24,7 @@ _tasks.png / _steps.png (per-task success bars, a histogram of episode lengths).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -95,7 +98,7 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
     from algos import distributed
     from algos.cli import key_value_pairs
     from algos.config import ConfigError, env_kwargs, from_flat
-    from algos.evaluation import ScriptedAgent, held_out_seeds, play, summarize
+    from algos.evaluation import ScriptedAgent, held_out_seeds, outcomes, paired_lift, play, summarize
     from algos.policy import build_policy
     from algos.resolve import resolve
     from algos.validate import validate
@@ -166,6 +169,9 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
             continue
         report["policies"][name] = summarize(trajs, args.samples)
         episodes[name] = trajs
+    for name in ("warm", "base"):  # another model on the same tasks: what the checkpoint gained over it, paired
+        if name in episodes and (lift := paired_lift(outcomes(episodes[name]), outcomes(episodes["model"]))):
+            report.setdefault("lift", {})[name] = dataclasses.asdict(lift)
     return report, episodes
 
 
@@ -202,6 +208,9 @@ def markdown(report: dict) -> str:
         passes = " | ".join(f"{p['pass_at_k'][k]:.1%}" for k in ks)
         lines.append(f"| {name} | {p['success_rate']:.1%} [{lo:.1%}, {hi:.1%}] | {passes} | {p['mean_return']:.3f} "
                      f"| {p['mean_steps']:.2f} | {p['invalid_action_rate']:.1%} |")  # fmt: skip
+    for name, lift in report.get("lift", {}).items():
+        lines += ["", f"model - {name}: {lift['points']:+.1f} points, 95 % interval [{lift['low']:+.1f}, "
+                      f"{lift['high']:+.1f}] ({lift['method']}, {lift['tasks']} tasks played by both)"]  # fmt: skip
     model = report["policies"]["model"]
     lines += ["", "| task (seed) | successes | mean steps | task text |", "|---|---|---|---|"]
     for r in model["tasks"]:
@@ -273,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from algos.config import ConfigError
+    from algos.evaluation import Lift
 
     hf_logging.disable_progress_bar()
     args = parse_args(argv)
@@ -296,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     model = report["policies"]["model"]
     lo, hi = model["success_ci95"]
     print(f"success {model['success_rate']:.1%} [{lo:.1%}, {hi:.1%}] on {model['episodes']} episodes", file=sys.stderr)
+    for name, lift in report.get("lift", {}).items():
+        print(Lift(**lift).line(f"lift over {name}"), file=sys.stderr)
     print("wrote " + ", ".join(map(str, written)), file=sys.stderr)
     return 0
 

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from algos.evaluation import interval95, mean_std
 from benchmarks.bench_learning import Job, check_settings, plan, run_jobs
 from benchmarks.learning_presets import COMPARISONS, PRESETS, Preset
 from benchmarks.learning_report import (
     band,
-    interval95,
     is_finished,
-    mean_std,
     paired_differences,
     plot,
     steps_to_reach,
