@@ -2,6 +2,7 @@
 generated for training or held out (TextWorld), from one warm-up per seed.
 
     python -m benchmarks.bench_warmup --config configs/textworld_coin.yaml --steps 90 360 --seeds 0 1 2
+    python -m benchmarks.bench_warmup --out runs/bench_warmup/coin5 --flags --env-kwargs level 5 num_games 32
 
 Each seed records the preset's demonstrations once and trains `max(--steps)` supervised steps; after
 each listed step count the policy is evaluated on the env's held-out tasks and, for a TextWorld family,
@@ -51,7 +52,8 @@ def _opening(game: Path) -> str:
     return obs
 
 
-def run_seed(config: str, seed: int, steps: list[int], episodes: int, unseen: list[Path], limit: int) -> list[dict]:
+def run_seed(config: str, flags: list[str], seed: int, steps: list[int], episodes: int, unseen: list[Path],
+             limit: int) -> list[dict]:  # fmt: skip
     """One warm-up to max(steps), evaluated after each of `steps`."""
     from algos import distributed
     from algos.cli import parse_config
@@ -60,8 +62,8 @@ def run_seed(config: str, seed: int, steps: list[int], episodes: int, unseen: li
     from algos.resolve import resolve
     from algos.sft import warm_up_from_config
 
-    cfg = parse_config(["--config", config, "--seed", str(seed), "--sft-steps", str(max(steps)), "--device", "cpu",
-                        "--output-dir", "unused", "--eval-episodes", str(episodes)])  # fmt: skip
+    cfg = parse_config(["--config", config, *flags, "--seed", str(seed), "--sft-steps", str(max(steps)), "--device",
+                        "cpu", "--output-dir", "unused", "--eval-episodes", str(episodes)])  # fmt: skip
     cfg = resolve(cfg, distributed.SINGLE, "cpu")
     model, tokenizer, agent = build_policy(cfg, device="cpu")
     rows, started = [], time.perf_counter()
@@ -116,11 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=32, help="held-out episodes (one per task)")
     p.add_argument("--unseen", type=int, default=32, help="unseen games (TextWorld families only; 0: none)")
     p.add_argument("--out", type=Path, default=Path("runs/bench_warmup"))
+    p.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="more algos.train flags (last)")
     a = p.parse_args(argv)
     steps = sorted(set(a.steps))
     from algos.cli import parse_config
 
-    cfg = parse_config(["--config", a.config])
+    cfg = parse_config(["--config", a.config, *a.flags])
     textworld = cfg.env.startswith("TextWorld-") and cfg.env != "TextWorld-Games-v0"
     unseen, duplicates = unseen_games(cfg, a.unseen) if textworld and a.unseen else ([], 0)
     if unseen:
@@ -139,10 +142,10 @@ def main(argv: list[str] | None = None) -> int:
         if {r["steps"] for r in rows if r["seed"] == seed} >= set(steps):
             continue
         rows = [r for r in rows if r["seed"] != seed]  # a seed cut off midway is measured again, whole
-        new = run_seed(a.config, seed, steps, a.episodes, unseen, limit if unseen else 0)
+        new = run_seed(a.config, a.flags, seed, steps, a.episodes, unseen, limit if unseen else 0)
         rows += new
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    header = (f"{cfg.env} {json.dumps(cfg.env_kwargs)} ({a.config}): {a.episodes} held-out tasks"
+    header = (f"{cfg.env} {json.dumps(cfg.env_kwargs)} ({' '.join([a.config, *a.flags])}): {a.episodes} held-out tasks"
               + (f", {len(unseen)} unseen games ({duplicates} open like a known one)" if unseen else "")
               + f", seeds {a.seeds}\n\n")  # fmt: skip
     text = header + summary([r for r in rows if r["seed"] in a.seeds], steps)

@@ -190,3 +190,19 @@ def test_the_loop_state_moves_only_in_advance_by_hand_computed_counts():
     assert (loop.iteration, loop.env_steps, loop.bad_updates, loop.failed_rewards) == (4, 13, 0, {"judge": 0})
     again = LoopState.from_dict(4, loop.to_dict(SINGLE), SINGLE)  # a checkpoint's "loop" entry, one unit
     assert (again.iteration, again.env_steps, again.bad_updates, again.failed_rewards) == (4, 13, 0, {"judge": 0})
+
+
+@pytest.mark.slow
+def test_a_named_env_says_which_preset_it_brings_and_the_run_ends_with_rls_lift(tmp_path, capsys):
+    """The note names the preset; a flag still wins over it (--sft-steps 0 against sokoban.yaml's 90); the
+    last line pairs the final evaluation with the one before RL, task by task."""
+    out = tmp_path / "run"
+    assert main(["--env", "Sokoban-v0", "--iterations", "1", "--sft-steps", "0", "--output-dir", str(out), *NO_SFT]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "note: --env Sokoban-v0 brings configs/sokoban.yaml (a flag or --config still wins)" in err
+    assert yaml.safe_load((out / "config.yaml").read_text())["sft_steps"] == 0
+    assert err[-1].startswith("RL's lift over the start: ")
+    assert err[-1].endswith("(2 held-out tasks, one episode each before and after)")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    lift = next(r for r in rows if "eval/rl_lift" in r)
+    assert lift["iteration"] == 1 and lift["eval/rl_lift_low"] <= lift["eval/rl_lift"] <= lift["eval/rl_lift_high"]
