@@ -59,7 +59,17 @@ def test_report_numbers_match_a_direct_count_of_the_episodes(run, tmp_path):
             direct = np.mean([np.mean([any(c) for c in itertools.combinations(w, k)]) for w in by_task.values()])
             assert p["pass_at_k"][str(k)] == pytest.approx(direct)
     assert report["policies"]["expert"]["success_rate"] == 1.0  # the expert solves every layout
+    for name in ("warm", "base"):  # the checkpoint's lift over each other model, from the episodes themselves
+        wins = {p: {} for p in ("model", name)}
+        for r in sorted(rows, key=lambda r: r["traj"]):
+            if r["policy"] in wins:
+                wins[r["policy"]].setdefault(r["seed"], []).append(r["won"])
+        diffs = [100 * (np.mean(wins["model"][s]) - np.mean(wins[name][s])) for s in wins["model"]]
+        lift = report["lift"][name]
+        assert (lift["method"], lift["tasks"], lift["episodes"]) == ("t", 6, 18)
+        assert lift["points"] == pytest.approx(np.mean(diffs)) and lift["low"] <= lift["points"] <= lift["high"]
     md = out.with_suffix(".md").read_text()
+    assert "model - warm: " in md
     assert "| expert | 100.0%" in md and "pass@2" in md
     for png in ("report_tasks.png", "report_steps.png"):
         assert not_blank(tmp_path / png), png
