@@ -85,14 +85,14 @@ def parse_config(argv: list[str] | None = None) -> Config:
         path = argv[i + 1]
         del argv[i : i + 2]
         layers.append((path, load_preset(path)))
-    asked = _cli(layers, extra_env_kwargs, argv)  # what the user asked for: which model, which env
-    model = presets.model_preset(asked.model)
-    if model:  # its env counts where the user named none
-        asked = _cli([(str(model), load_preset(str(model))), *layers], extra_env_kwargs, argv)
-    named = [(str(path), load_preset(str(path))) for _, path in presets.named(asked.model, asked.env)]
-    if not named:
-        return asked
-    return _cli([*named, *layers], extra_env_kwargs, argv)
+    cfg = _cli(layers, extra_env_kwargs, argv)  # what the user asked for: which model, which env
+    if model := presets.model_preset(cfg.model):  # under --config; its env counts where the user named none
+        layers.insert(0, (str(model), load_preset(str(model))))
+        cfg = _cli(layers, extra_env_kwargs, argv)
+    if env := presets.env_preset(cfg.env):  # the env the run ends up with; lowest of all
+        layers.insert(0, (str(env), load_preset(str(env))))
+        cfg = _cli(layers, extra_env_kwargs, argv)
+    return cfg
 
 
 def _cli(layers: list[tuple[str, dict]], extra_env_kwargs: dict[str, str], argv: list[str]) -> Config:

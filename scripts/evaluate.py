@@ -208,9 +208,10 @@ def markdown(report: dict) -> str:
         passes = " | ".join(f"{p['pass_at_k'][k]:.1%}" for k in ks)
         lines.append(f"| {name} | {p['success_rate']:.1%} [{lo:.1%}, {hi:.1%}] | {passes} | {p['mean_return']:.3f} "
                      f"| {p['mean_steps']:.2f} | {p['invalid_action_rate']:.1%} |")  # fmt: skip
+    from algos.evaluation import Lift
+
     for name, lift in report.get("lift", {}).items():
-        lines += ["", f"model - {name}: {lift['points']:+.1f} points, 95 % interval [{lift['low']:+.1f}, "
-                      f"{lift['high']:+.1f}] ({lift['method']}, {lift['tasks']} tasks played by both)"]  # fmt: skip
+        lines += ["", Lift(**lift).line(f"model - {name}")]
     model = report["policies"]["model"]
     lines += ["", "| task (seed) | successes | mean steps | task text |", "|---|---|---|---|"]
     for r in model["tasks"]:
