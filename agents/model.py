@@ -4,15 +4,18 @@
 the other built-in models (agents/profiles.py, agents/smollm2.py) are built once into a cache folder
 and from then on loaded exactly like a hub model (`from_pretrained`), so the code path that serves
 the tiny model also serves `--model Qwen/Qwen2.5-1.5B-Instruct` on a GPU. Also here: checking a
-saved model's files before a run trusts them, LoRA (loading an adapter checkpoint, wrapping a model
-in a fresh adapter) and the forward precision. Getting full Hugging Face weights out of a LoRA or
-FSDP model is agents/weights.py.
+saved model's files and its tokenizer before a run trusts them (`check_model_dir`, `check_tokenizer`),
+LoRA (loading an adapter checkpoint, wrapping a model in a fresh adapter) and the forward precision.
+Getting full Hugging Face weights out of a LoRA or FSDP model is agents/weights.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -21,9 +24,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from agents.profiles import PROFILES, profile_path
 from agents.smollm2 import SMOLLM2, SourceError, build_smollm2, gguf_file
 from agents.tiny import TINY, build_tiny_model, tiny_model_path
+from envs.base import check_cache
 
 BUILDERS = {**PROFILES, SMOLLM2: build_smollm2}  # the built-in models besides tiny: name -> build(path)
 RANDOM_INIT = (TINY, *PROFILES)  # built-in models with random weights (SmolLM2 is pretrained)
+PROBE = "go north"  # ordinary text every tokenizer must encode to real tokens and decode back
+MARKER = re.compile(r"<\|[^<>|\s]+\|>")  # <|im_start|>, <|eot_id|>: tokens a chat template writes as text
 
 
 def is_local_path(name: str) -> bool:
@@ -54,26 +60,132 @@ def model_missing(name: str) -> bool:
     return not is_builtin(name) and is_local_path(name) and not os.path.exists(os.path.expanduser(name))
 
 
+def builtin_path(name: str) -> Path:
+    """The cache folder a built-in model is built into (and loaded from)."""
+    return tiny_model_path() if name == TINY else profile_path(name)
+
+
 def resolve_model(name: str) -> str:
-    """`tiny` or a profile -> the cached built-in model (built on first use); anything else unchanged."""
+    """`tiny` or a profile -> the cached built-in model (built on first use); anything else unchanged.
+    A cached folder is never built over: a damaged one is refused by `check_model_dir`, which says to delete it."""
     if not is_builtin(name):
         return os.path.expanduser(name) if is_local_path(name) else name
-    path = tiny_model_path() if name == TINY else profile_path(name)
-    if not (path / "config.json").exists():
+    path = builtin_path(name)
+    if unbuilt(name):
+        check_cache()  # one line now, not a traceback once the model is built, when the cache cannot take it
         (build_tiny_model if name == TINY else BUILDERS[name])(path)
     return str(path)
 
 
+def unbuilt(name: str) -> bool:
+    """A built-in model whose cache folder is missing or empty: `resolve_model` builds it into TEXTRL_CACHE."""
+    path = builtin_path(name) if is_builtin(name) else None
+    return path is not None and (not os.path.isdir(path) or not any(path.iterdir()))
+
+
 def load_tokenizer(path: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """A chat model's tokenizer, padded on the left (batched generation appends on the right) and given a pad
-    token if it ships without one. ValueError without a chat template: prompts are rendered with it."""
-    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    token if it ships without one. Raises ValueError (one line) when it does not load or fails
+    `check_tokenizer` (a hub id's tokenizer is checked here, once downloaded; a folder's files before)."""
+    tok = _tokenizer(path, trust_remote_code)
+    check_tokenizer(tok, path, *_model_ids(path, trust_remote_code))
+    return tok
+
+
+def _tokenizer(path: str | os.PathLike, trust_remote_code: bool) -> PreTrainedTokenizerBase:
+    # A folder's tokenizer that fails to load in any way is damaged; a hub id's OSError (not found, offline) is not.
+    damaged = Exception if os.path.isdir(path) else (ValueError, KeyError)
+    try:
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except damaged as e:  # a tokenizer.json that is not JSON, a class transformers does not know, no vocabulary
+        raise ValueError(f"{path}: the tokenizer does not load ({type(e).__name__}: {_first_line(e)})") from None
     tok.padding_side = "left"
     if tok.pad_token_id is None:  # many chat models ship without one
         tok.pad_token = tok.eos_token
-    if tok.chat_template is None:
-        raise ValueError(f"the tokenizer of {path} has no chat template; use an instruct model")
     return tok
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _model_ids(path: str | os.PathLike, trust_remote_code: bool) -> tuple[int | None, list[tuple[str, int]]]:
+    """The model's vocab_size and the EOS ids its config.json and generation_config.json name, (where, id),
+    read from local files only (a LoRA adapter: its base's; a hub model's once downloaded, else (None, []))."""
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        source = adapter_base(str(path)) if is_adapter(str(path)) else path
+        config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code, local_files_only=True)
+    except (OSError, ValueError, KeyError):  # not downloaded yet, or damaged (a folder's check names that)
+        return None, []
+    config = config.get_text_config()
+    named = [("config.json", getattr(config, "eos_token_id", None))]
+    with contextlib.suppress(OSError, ValueError):  # generation_config.json is optional
+        generation = GenerationConfig.from_pretrained(source, local_files_only=True)
+        named.append(("generation_config.json", generation.eos_token_id))
+    eos = [(where, i) for where, ids in named for i in (ids if isinstance(ids, (list, tuple)) else [ids])]
+    eos = [(where, i) for where, i in eos if i is not None]
+    vocab = getattr(config, "vocab_size", None)
+    return (vocab if isinstance(vocab, int) else None), eos
+
+
+def check_tokenizer(tok: PreTrainedTokenizerBase, where: str | os.PathLike, vocab_size: int | None = None,
+                    eos_ids: Iterable[tuple[str, int]] = ()) -> None:  # fmt: skip
+    """Raise ValueError (one line, starting with `where`) unless the tokenizer works for this trainer: it
+    encodes ordinary text (PROBE) to at least one non-special token and decodes it back, it has a chat
+    template that renders a prompt, every special token the template writes is one known id, and it has an
+    EOS. With the model's `vocab_size`: those ids and `eos_ids` ((file, id): the EOS ids the model's
+    configs name) all have a row of the model's embeddings."""
+    problem = _tokenizer_problem(tok, vocab_size, list(eos_ids))
+    if problem:
+        raise ValueError(f"{where}: {problem}")
+
+
+def _tokenizer_problem(tok: PreTrainedTokenizerBase, vocab_size: int | None, eos_ids: list[tuple[str, int]]
+                       ) -> str | None:  # fmt: skip
+    """What `check_tokenizer` refuses, in words that start with what is wrong ("the tokenizer ..."), or None."""
+    from agents.templates import PROMPT, USER
+
+    special = set(tok.all_special_ids)
+    ids = tok.encode(PROBE, add_special_tokens=False)
+    if not set(ids) - special:
+        known = f"its {len(tok)} special tokens" if len(tok) <= len(special) else f"{len(tok)} tokens"
+        got = "to special tokens only" if ids else "to no tokens"
+        return f'the tokenizer knows only {known} ("{PROBE}" encodes {got})'
+    if (back := tok.decode(ids)).strip() != PROBE:  # a leading space (add_prefix_space) is no damage
+        return f'the tokenizer does not decode "{PROBE}" back (it reads {back!r})'
+    if not tok.chat_template:
+        return ("the tokenizer has no chat template (chat_template.jinja, or in tokenizer_config.json); "
+                "use an instruct model")  # fmt: skip
+    text, error = None, None
+    for messages in (PROMPT, PROMPT[1:]):  # a template that refuses a system message is noted by agents/templates.py
+        try:
+            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            break
+        except Exception as e:  # jinja's TemplateError, raise_exception in the template
+            error = error or e
+    if text is None or USER not in text:
+        why = f"{type(error).__name__}: {_first_line(error)}" if error else "the user's message is not in the text"
+        return f"the tokenizer's chat template does not render a prompt ({why})"
+    if tok.eos_token_id is None:  # generation stops at it and the warm-up's targets end with it
+        return "the tokenizer has no EOS token (eos_token in tokenizer_config.json)"
+    named = [(f"the tokenizer's EOS {tok.eos_token}", tok.eos_token_id),
+             (f"the tokenizer's pad token {tok.pad_token}", tok.pad_token_id)]  # fmt: skip
+    tokens = {*tok.all_special_tokens, *(added.content for added in tok.added_tokens_decoder.values())}
+    for token in sorted({t for t in tokens if t in text} | set(MARKER.findall(text))):
+        pieces = tok.encode(token, add_special_tokens=False)
+        if len(pieces) != 1 or (pieces[0] == tok.unk_token_id and token != tok.unk_token):
+            return f"the tokenizer splits {token}, which its chat template writes, into {len(pieces)} tokens, not one"
+        named.append((f"{token}, which the chat template writes,", pieces[0]))
+    if vocab_size is None:
+        return None
+    named += [(f"the eos_token_id of {source}", i) for source, i in eos_ids]
+    named.append((f'a token of "{PROBE}"', max(ids)))
+    for what, i in named:
+        if i is not None and not 0 <= i < vocab_size:
+            return f"{what} is id {i}, outside the model's vocabulary (vocab_size {vocab_size} in config.json)"
+    return None
 
 
 def stop_ids(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Module) -> list[int]:
@@ -97,16 +209,31 @@ def is_model_dir(path: str | os.PathLike) -> bool:
 
 
 def check_model_dir(path: str | os.PathLike, trust_remote_code: bool = False) -> None:
-    """Raise ValueError (one line, naming the file) unless a saved model's files are intact: every
-    JSON file parses, the config is one transformers reads, and every safetensors file opens with a
-    header that covers the file (a truncated one fails) and holds the tensors its index names. Cheap:
-    no tensor data is read."""
-    import json
+    """Raise ValueError (one line, naming the folder or file) unless a saved model's files are whole:
+    every JSON file parses, the config is one transformers reads, every safetensors file opens with a
+    header that covers the file (a truncated one fails) and holds the tensors its index names, and the
+    tokenizer is there (tokenizer.json, or the files its class builds from, and tokenizer_config.json)
+    and passes `check_tokenizer` against the model's vocab_size and EOS ids (a LoRA adapter: its base's).
+    Cheap: no tensor data is read; the tokenizer is loaded. A cached built-in model that fails is to be
+    deleted, which the line says: it is rebuilt on next use."""
+    try:
+        _check_model_dir(Path(path), trust_remote_code)
+    except ValueError as e:
+        name = next((n for n in (TINY, *BUILDERS) if _same(path, builtin_path(n))), None)
+        if name is None:
+            raise
+        raise ValueError(f"{e}; {path} is the cached built-in model {name}: delete it (rm -r {path}) and it is "
+                         "rebuilt on next use") from None  # fmt: skip
 
+
+def _same(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    return os.path.realpath(os.path.expanduser(a)) == os.path.realpath(b)
+
+
+def _check_model_dir(path: Path, trust_remote_code: bool) -> None:
     from safetensors import safe_open
     from transformers import AutoConfig
 
-    path = Path(path)
     if not is_model_dir(path):
         raise ValueError(f"{path} is not a saved model (no config.json or adapter_config.json)")
     for f in sorted(path.glob("*.json")):
@@ -118,7 +245,7 @@ def check_model_dir(path: str | os.PathLike, trust_remote_code: bool = False) ->
         try:
             AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         except (ValueError, OSError, KeyError) as e:
-            raise ValueError(f"{path / 'config.json'} is not a model config ({str(e).splitlines()[0]})") from None
+            raise ValueError(f"{path / 'config.json'} is not a model config ({_first_line(e)})") from None
     files = sorted(path.glob("*.safetensors"))
     if not files and not list(path.glob("*.bin")):
         raise ValueError(f"{path} holds no weights (*.safetensors)")
@@ -135,16 +262,49 @@ def check_model_dir(path: str | os.PathLike, trust_remote_code: bool = False) ->
             with safe_open(str(f), "pt") as st:
                 keys = set(st.keys())
         except Exception as e:  # SafetensorError: a truncated file's header no longer covers it
-            raise ValueError(f"{f} is damaged ({str(e).splitlines()[0]}; truncated?)") from None
+            raise ValueError(f"{f} is damaged ({_first_line(e)}; truncated?)") from None
         if not keys or not wanted.get(f.name, set()) <= keys:
             lacks = f"tensors named by {index.name} are missing" if keys else "no tensors"
             raise ValueError(f"{f} is damaged ({lacks})")
+    _check_tokenizer_files(path, trust_remote_code)
+
+
+def _check_tokenizer_files(path: Path, trust_remote_code: bool) -> None:
+    """The tokenizer of a saved model folder (a LoRA adapter's too: this trainer saves it beside the
+    adapter, and loads it from there): its files, then `check_tokenizer`. Raises ValueError (one line)."""
+    have = {f.name for f in path.iterdir()}
+    if not have & {"tokenizer.json", "tokenizer_config.json"}:
+        where = "; an adapter's tokenizer is loaded from its own folder" if is_adapter(str(path)) else ""
+        raise ValueError(f"{path} holds no tokenizer (no tokenizer.json or tokenizer_config.json{where})")
+    try:
+        tok = _tokenizer(path, trust_remote_code)
+    except ValueError as e:
+        if "tokenizer.json" in have:
+            raise
+        why = str(e).removeprefix(f"{path}: ")
+        raise ValueError(f"{path / 'tokenizer.json'} is missing; without it {why}") from None
+    vocab_size, eos_ids = _model_ids(path, trust_remote_code)
+    problem = _tokenizer_problem(tok, vocab_size, eos_ids)
+    if "tokenizer.json" not in have:  # the slow files its class builds from (vocab.json + merges.txt, tokenizer.model)
+        needs = sorted(set(type(tok).vocab_files_names.values()) - {"tokenizer.json"})
+        lacks = [name for name in needs if name not in have]
+        if lacks or not needs:
+            cls, subject = type(tok).__name__, "the tokenizer "
+            if problem and problem.startswith(subject):
+                problem = f"{subject}transformers builds without it {problem.removeprefix(subject)}"
+            built = (f"; {problem}" if problem else
+                     f", and so {'are' if len(lacks) > 1 else 'is'} {' + '.join(lacks)}, which {cls} would be "
+                     "built from" if lacks else f" ({cls} is built from it alone)")  # fmt: skip
+            raise ValueError(f"{path / 'tokenizer.json'} is missing{built}")
+    if "tokenizer_config.json" not in have:  # the class, EOS and pad tokens: transformers falls back to defaults
+        raise ValueError(f"{path / 'tokenizer_config.json'} is missing; without it transformers takes "
+                         f"{type(tok).__name__}'s defaults (EOS {tok.eos_token})")  # fmt: skip
+    if problem:
+        raise ValueError(f"{path}: {problem}")
 
 
 def adapter_base(path: str) -> str:
     """The base model an adapter checkpoint was trained on (recorded by peft)."""
-    import json
-
     with open(os.path.join(path, "adapter_config.json")) as f:
         return json.load(f)["base_model_name_or_path"]
 

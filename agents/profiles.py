@@ -170,11 +170,23 @@ def build_qwen25(path: Path, seed: int = 0, name: str = QWEN25) -> None:
 
 
 def save_atomically(path: Path, model, tokenizer) -> None:
-    """Save into a temp folder and rename: concurrent first runs never see half a model."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
-    model.save_pretrained(tmp, is_main_process=True)
-    tokenizer.save_pretrained(tmp)
+    """Save into a temp folder and rename: concurrent first runs never see half a model. A filesystem fault
+    (a cache that cannot be written, a full disk) is a StorageError naming TEXTRL_CACHE; nothing is left."""
+    from envs.base import StorageError, write_fault
+
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
+        model.save_pretrained(tmp, is_main_process=True)
+        tokenizer.save_pretrained(tmp)
+    except BaseException as e:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(e, Exception) or (reason := write_fault(e)) is None:
+            raise
+        raise StorageError(f"TEXTRL_CACHE {path.parent}: cannot save the built model {path.name} ({reason}); "
+                           "point TEXTRL_CACHE at a writable folder with room") from None  # fmt: skip
     if not (tmp / "config.json").exists():  # transformers saves on rank 0 only once torch.distributed is up
         shutil.rmtree(tmp, ignore_errors=True)
         raise RuntimeError(f"the model could not be written to {path}: build it on rank 0 before the others")

@@ -16,11 +16,11 @@ A checkpoint (`checkpoints/iter_N/`) holds the model in Hugging Face format (saf
 RunDir writes each checkpoint into a temporary folder, fsyncs it and renames it into place,
 so a process killed mid-write leaves the previous checkpoints intact and at most a stray
 `.iter_N.tmp-*` folder, which resume removes. Resume checks the newest checkpoint before using
-it (`check`: trainer_state.pt loads, the safetensors files open and cover their length) and falls
-back to the newest intact one, saying which and why; a run whose newest checkpoint is at its last
-iteration is finished (`Finished`: nothing to do). On resume, metrics.jsonl and transcripts.jsonl
-are cut back to the checkpoint's iteration and TensorBoard purges later events, so every
-iteration appears once. With the HF backend on CPU the resumed iterations reproduce an
+it (`check`: trainer_state.pt loads, the safetensors files open and cover their length, the tokenizer
+is whole and works) and falls back to the newest intact one, saying which and why; a run whose newest
+checkpoint is at its last iteration is finished (`Finished`: nothing to do). On resume, metrics.jsonl
+and transcripts.jsonl are cut back to the checkpoint's iteration and TensorBoard purges later events,
+so every iteration appears once. With the HF backend on CPU the resumed iterations reproduce an
 uninterrupted run's metrics exactly; vLLM's sampler state lives in the engine and is not
 restored (the resumed run is statistically, not bitwise, the same).
 """
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from agents.backend import Backend
-from agents.model import check_model_dir, is_builtin, is_local_path
+from agents.model import builtin_path, check_model_dir, is_builtin, is_local_path
 from agents.weights import full_state_dict, is_sharded, merged_state_dict
 from algos import distributed
 from algos.config import ConfigError, flat
@@ -160,8 +160,7 @@ def restore(state: dict, world: World, learner: Learner, data, backend: Backend)
     and trajectory ids, and, last, every RNG (this rank's)."""
     loop, rl = state.get("loop", {}), "optimizer" in state
     if rl:
-        distributed.load_optimizer_state(learner.model, learner.optimizer, state["optimizer"])
-        learner.scheduler.load_state_dict(state["scheduler"])
+        learner.load_state(state["optimizer"], state["scheduler"])
     data.next_group_id, data.next_traj_id = loop.get("next_group_id", 0), loop.get("next_traj_id", 0)
     restore_rng(rank_rng(state, world), backend, learner if rl else None)
 
@@ -179,7 +178,7 @@ class Finished(Exception):
 def check(path: Path, load_state: bool = True) -> dict | None:
     """A model folder's trainer state (None if it has none) once its files check out: trainer_state.pt
     loads with weights_only=True (`load_state=False`: memory-mapped, tensors unread) and the model's
-    files are intact (agents.model.check_model_dir). Raises ValueError (one line) naming what is damaged."""
+    files, its tokenizer's included, are intact (agents.model.check_model_dir). Raises ValueError (one line) naming what is damaged."""
     path = Path(path)
     state = None
     if (path / TRAINER_STATE).is_file():
@@ -195,13 +194,22 @@ def check(path: Path, load_state: bool = True) -> dict | None:
 
 
 def check_model(model: str) -> None:
-    """--model, when it names a local folder: its files are intact (`check`, tensors unread). Raises ConfigError."""
-    if is_builtin(model) or not is_local_path(model):
+    """--model, when it names a local folder or a built-in model already built into its cache folder: its
+    files are intact and its tokenizer works (`check`, tensors unread). A hub id's tokenizer is checked once
+    it is downloaded (agents.model.load_tokenizer). Raises ConfigError."""
+    if is_builtin(model):
+        path = builtin_path(model)
+        if not path.exists():  # built by the run, whole
+            return
+    elif is_local_path(model):
+        path = Path(model).expanduser()
+    else:
         return
     try:
-        check(Path(model).expanduser(), load_state=False)
-    except ValueError as e:
-        raise ConfigError(f"--model {model}: {e}") from None
+        check(path, load_state=False)
+    except ValueError as e:  # "--model DIR: the tokenizer ...", not "--model DIR: DIR: the tokenizer ..."
+        why = str(e) if is_builtin(model) else str(e).removeprefix(f"{path}: ")
+        raise ConfigError(f"--model {model}: {why}") from None
 
 
 def newest_intact(run_dir: Path) -> tuple[Path, dict]:
@@ -222,10 +230,11 @@ def newest_intact(run_dir: Path) -> tuple[Path, dict]:
                       "--overwrite, or pick a new --output-dir")  # fmt: skip
 
 
-def resume_point(run_dir: Path | None, cfg, world: World = SINGLE) -> tuple[Path | None, dict | None]:
+def resume_point(run_dir: Path | None, cfg, world: World = SINGLE, fork: bool = False) -> tuple[Path | None, dict | None]:
     """The newest intact checkpoint of a run and its trainer state (rank 0 checks them; every rank
-    reads the one it picked); partial writes are removed and the logs cut back to it. Raises Finished
-    when that checkpoint ends the run (--iterations reached, or the --max-env-steps budget spent)."""
+    reads the one it picked); partial writes are removed and the logs cut back to it, unless the run is
+    forked (`fork`: its directory is only read). Raises Finished when that checkpoint ends the run
+    (--iterations reached, or the --max-env-steps budget spent)."""
     if run_dir is None:
         return None, None
     if not checkpoints(run_dir):
@@ -247,8 +256,9 @@ def resume_point(run_dir: Path | None, cfg, world: World = SINGLE) -> tuple[Path
     iteration = state["iteration"]
     env_steps = state.get("loop", {}).get("env_steps", 0)
     if iteration >= cfg.iterations:
+        what = "nothing to fork" if fork else "nothing to do"
         raise Finished(f"{run_dir} is finished: its newest checkpoint is at iteration {iteration} of --iterations "
-                       f"{cfg.iterations}; nothing to do (a larger --iterations trains on)")  # fmt: skip
+                       f"{cfg.iterations}; {what} (a larger --iterations trains on)")  # fmt: skip
     if iteration > 0 and cfg.max_env_steps and env_steps >= cfg.max_env_steps:
         raise Finished(f"{run_dir} is finished: it spent its budget of --max-env-steps {cfg.max_env_steps} "
                        f"({env_steps} env steps); nothing to do (a larger --max-env-steps trains on)")  # fmt: skip
@@ -258,12 +268,26 @@ def resume_point(run_dir: Path | None, cfg, world: World = SINGLE) -> tuple[Path
         raise ConfigError(f"--resume {run_dir}: the run was saved by {saved['size']} process(es) ({saved['parallel']}); "
                           f"resume it the same way (got {here['size']}, {here['parallel']}), or start a new run from "
                           f"{ckpt} with --model")  # fmt: skip
-    if world.main:
+    if world.main and not fork:
         for stray in remove_partial(run_dir):
             print(f"removed an unfinished checkpoint write: {stray}", file=sys.stderr)
         truncate_logs(run_dir, iteration)
     distributed.barrier(world)
     return ckpt, state
+
+
+def adopt_warm_up(parent: Path, run_dir: Path) -> None:
+    """A fork's copy of its parent's warm-up checkpoint (iter_0: the KL reference a resumed run loads),
+    hard-linked where the filesystem allows (checkpoint files are never changed in place), else copied."""
+    source = Path(parent) / "checkpoints" / "iter_0"
+    target = Path(run_dir) / "checkpoints" / "iter_0"
+    if not source.is_dir() or target.exists():
+        return
+    try:
+        shutil.copytree(source, target, copy_function=os.link)
+    except OSError:  # another filesystem
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(source, target)
 
 
 def model_state(model: str) -> dict | None:

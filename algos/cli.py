@@ -10,14 +10,18 @@ its values are checked against the options' types as they enter.
 `--env-kwargs KEY VALUE ...` (or `KEY=VALUE`) passes keyword arguments to gymnasium.make, each
 value read as YAML (10 -> int, true -> bool, [a, b] -> list), a preset's `env_kwargs:` mapping
 overridden key by key; `max_episode_steps` sets the time limit. `--resume RUN_DIR` reads the run's
-own config.yaml as the preset, so flags given with it (more `--iterations`) still win. Every
-mistake is a ConfigError with one line naming the problem and the fix.
+own options (config.yaml and what earlier resumes changed, algos/lineage.py) as the lowest layer the
+user gives, so flags given with it (more `--iterations`) still win, and `--fork NEW_DIR` makes the
+continuation a new run. Every mistake is a ConfigError with one line naming the problem and the fix.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -25,8 +29,8 @@ from pathlib import Path
 import tyro
 import yaml
 
-from algos import presets
-from algos.config import SECTIONS, Config, ConfigError, from_flat
+from algos import lineage, presets
+from algos.config import HINTS, SECTIONS, Config, ConfigError, from_flat
 
 HELP = "Train an LLM agent on a multi-step text env with GRPO, GiGPO or RLOO (docs/design.md)."
 
@@ -72,12 +76,12 @@ def key_value_pairs(tokens: list[str]) -> dict[str, str]:
     return out
 
 
-def parse_config(argv: list[str] | None = None) -> Config:
-    """Defaults < a named model's or env's preset (algos/presets.py) < --config YAML < flags. Raises
-    ConfigError on a user mistake."""
+def parse_config(argv: list[str] | None = None, saved: tuple[str, dict] | None = None) -> Config:
+    """Defaults < a named model's or env's preset (algos/presets.py) < `saved` (a resumed run's own options,
+    labelled by where they come from) < --config YAML < flags. Raises ConfigError on a user mistake."""
     argv = list(sys.argv[1:] if argv is None else argv)
     extra_env_kwargs = _pop_env_kwargs(argv)
-    layers = []  # (label, preset), lowest first; flags go on top
+    layers = [saved] if saved else []  # (label, preset), lowest first; flags go on top
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
@@ -111,7 +115,64 @@ def _cli(layers: list[tuple[str, dict]], extra_env_kwargs: dict[str, str], argv:
             elif key != "env_kwargs":
                 values[key] = value
     base = replace(from_flat(values), env_kwargs={**env_kw, **extra_env_kwargs})  # flags override key by key
-    return tyro.cli(Config, default=base, args=list(argv), description=HELP, prog="python -m algos.train")
+    box = io.StringIO()  # what tyro says on stderr: an error box becomes one line; anything else passes through
+    try:
+        with contextlib.redirect_stderr(box):
+            cfg = tyro.cli(Config, default=base, args=list(argv), description=HELP, prog="python -m algos.train")
+    except SystemExit as e:
+        if e.code:  # a flag tyro could not read (exit 2); --help exits 0, its text on stdout as ever
+            raise ConfigError(_flag_error(box.getvalue(), argv)) from None
+        sys.stderr.write(box.getvalue())
+        raise
+    sys.stderr.write(box.getvalue())
+    return cfg
+
+
+_KINDS = {"INT": "an integer", "FLOAT": "a number", "STR": "text", "{None}": "None"}  # tyro's metavars
+
+
+def _flag_error(box: str, argv: list[str]) -> str:
+    """tyro's error box (UTF-8 or ASCII, maybe coloured) for flags it could not read, as one line: the flag, the
+    value and what it takes; a switch given a value; or the unknown options and the flags tyro suggests."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", box)  # no colours
+    lines = [line.rstrip().rstrip("│").rstrip().removeprefix("│") for line in plain.splitlines()]  # indents kept
+    rows = [r for r in (line.strip() for line in lines) if r and not r.startswith(("╭", "╰")) and set(r) - set("─-")]
+    text = " ".join(rows)  # a message that tyro wrapped is whole again
+    if m := re.search(r"Error parsing (--\S+): (.*?) (?:Argument helptext: --\S+ (\S+)|For full helptext)", text):
+        flag, message, metavar = m.groups()
+        given = re.findall(r"'([^']*)'", message)
+        if given and metavar:
+            return f"{flag}: {given[-1]!r} is not {' or '.join(_KINDS.get(k, k) for k in metavar.split('|'))}"
+        return f"{flag}: {message}"
+    if m := re.search(r"invalid choice '(.*?)' for argument '(\S+)'\. Expected one of \((.*?)\)", text):
+        choices = ", ".join(re.findall(r"'([^']*)'", m.group(3)))
+        return f"{m.group(2)}: {m.group(1)!r} is not one of {choices}"
+    if m := re.search(r"Missing value for argument '(\S+)'", text):
+        return f"{m.group(1)} needs a value"
+    m = re.search(r"Unrecognized options: (.*?)(?= Perhaps you meant:| Arguments similar to| For full help|$)", text)
+    if not m:  # another failure: tyro's own words
+        return re.sub(r" ?For full helptext.*", "", text) or "cannot read the flags (python -m algos.train --help)"
+    tokens = m.group(1).split(", ")
+    for before, token in zip(argv, argv[1:]):  # `--overwrite yes`: a switch takes no value
+        name = before.removeprefix("--").removeprefix("no-").replace("-", "_")
+        if token in tokens and before.startswith("--") and HINTS.get(name) is bool:
+            on = "--" + name.replace("_", "-")
+            return f"{before} is a switch and takes no value (got {token!r}): pass {on} or --no-{on[2:]}"
+    unknown = [t for t in tokens if t.startswith("-")]
+    if not unknown:
+        return f"unexpected value {', '.join(map(repr, tokens))}: each flag takes one value"
+    close, header = [], None  # the flags listed under "Perhaps you meant:" / "Arguments similar to --x:", 4 in
+    for line in lines:
+        row = line.lstrip()
+        indent = len(line) - len(row)
+        if row.startswith(("Perhaps you meant", "Arguments similar to")):
+            header = indent
+        elif header is not None and indent <= header:
+            header = None
+        elif header is not None and indent == header + 4 and row.startswith("--"):
+            close.append(row.split()[0].rstrip(","))
+    hint = f"; did you mean {', '.join(dict.fromkeys(close))}?" if close else " (python -m algos.train --help)"
+    return f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}{hint}"
 
 
 def _pop_env_kwargs(argv: list[str]) -> dict[str, str]:
@@ -128,17 +189,32 @@ def _pop_env_kwargs(argv: list[str]) -> dict[str, str]:
     return key_value_pairs(values)
 
 
-def resume_argv(argv: list[str]) -> tuple[list[str], Path | None]:
-    """`--resume RUN_DIR` turned into the argv that continues that run: its config.yaml as the preset,
-    then the other flags given, then its directory as --output-dir; (argv, RUN_DIR), or (argv, None)
-    without --resume. Raises ConfigError."""
+def resume_argv(argv: list[str]) -> tuple[list[str], lineage.Resume | None]:
+    """`--resume RUN_DIR [--fork NEW_DIR]` taken out of argv: (the argv left, with the run directory it
+    writes as --output-dir, and the Resume), or (argv, None) without --resume. The saved options are
+    the layer under any --config and flags (`parse_config(argv, saved=...)`). Raises ConfigError."""
+    argv = list(argv)
+    if "--fork" in argv and "--resume" not in argv:
+        raise ConfigError("--fork NEW_DIR continues a run as a new one: pass it with --resume RUN_DIR")
     if "--resume" not in argv:
         return argv, None
-    i = argv.index("--resume")
-    if i + 1 >= len(argv) or not (Path(argv[i + 1]) / "config.yaml").is_file():
+    source, fork = _pop_path(argv, "--resume"), _pop_path(argv, "--fork") if "--fork" in argv else None
+    if not (source / "config.yaml").is_file():
         raise ConfigError("--resume needs a run directory with a config.yaml (the --output-dir of a run)")
-    if "--overwrite" in argv:
+    if fork is None and "--overwrite" in argv:
         raise ConfigError("--overwrite starts a new run and --resume continues one: pass one of them")
-    run_dir = Path(argv[i + 1])
-    return ["--config", str(run_dir / "config.yaml"), *argv[:i], *argv[i + 2 :], "--output-dir", str(run_dir),
-            "--no-overwrite"], run_dir  # fmt: skip
+    if fork is not None and fork.resolve() == source.resolve():
+        raise ConfigError(f"--fork {fork} is the run it continues; name a new run directory")
+    if "--output-dir" in argv:
+        raise ConfigError("--resume writes to its run directory (--fork NEW_DIR: to NEW_DIR); leave --output-dir out")
+    resume = lineage.Resume(source, lineage.saved_config(source), fork)
+    return [*argv, "--output-dir", str(resume.output_dir), *([] if fork else ["--no-overwrite"])], resume
+
+
+def _pop_path(argv: list[str], flag: str) -> Path:
+    i = argv.index(flag)
+    if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+        raise ConfigError(f"{flag} needs a run directory")
+    path = Path(argv[i + 1])
+    del argv[i : i + 2]
+    return path

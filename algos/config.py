@@ -228,7 +228,7 @@ class LogConfig:
     report_to: str = "tensorboard"
     """Where metrics go besides metrics.jsonl: tensorboard (event files in the run directory), wandb
     (Weights & Biases: scalars, config, transcript tables, evaluation plots; `pip install 'textrl[wandb]'`;
-    WANDB_MODE=offline needs no account), both (tensorboard,wandb), or none (algos/reporters.py)."""
+    WANDB_MODE=offline needs no account), both as `tensorboard,wandb`, or none (algos/reporters.py)."""
     wandb_project: str = "textrl"
     """W&B project of the run (--report-to wandb)."""
     wandb_entity: str = ""

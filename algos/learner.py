@@ -38,7 +38,7 @@ import torch
 from agents.generation import SamplingConfig
 from agents.model import autocast
 from algos.config import KL_ESTIMATORS, LOSS_TYPES, Config, LearnerConfig
-from algos.distributed import SINGLE, World, aligned_chunks, all_max, all_sum, gather
+from algos.distributed import SINGLE, World, aligned_chunks, all_max, all_sum, gather, load_optimizer_state
 from algos.logprobs import Sample, batch_order, collate, response_logprobs
 from algos.stats import Stats
 
@@ -238,6 +238,17 @@ class Learner:
         with torch.no_grad():
             for ref, weight in zip(self.ref_model.parameters(), policy.parameters(), strict=True):
                 ref.copy_(weight)
+
+    def load_state(self, optimizer: dict, scheduler: dict) -> None:
+        """A checkpoint's optimizer moments and schedule position, under this learner's own lr, weight decay
+        and warm-up (a fork may change them; the saved state would otherwise bring its run's back)."""
+        load_optimizer_state(self.model, self.optimizer, optimizer)
+        self.scheduler.load_state_dict(scheduler)
+        self.scheduler.base_lrs = [self.cfg.lr for _ in self.optimizer.param_groups]
+        scale = self.scheduler.lr_lambdas[0](self.scheduler.last_epoch)  # the schedule's factor where it stood
+        for group in self.optimizer.param_groups:
+            group.update(initial_lr=self.cfg.lr, lr=self.cfg.lr * scale, weight_decay=self.cfg.weight_decay)
+        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]  # what get_last_lr reports
 
     def update(self, samples: list[Sample]) -> dict[str, float]:
         """ppo_epochs x num_minibatches optimizer steps over the samples."""

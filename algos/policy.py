@@ -45,7 +45,10 @@ def build_policy(cfg: Config, world: distributed.World = distributed.SINGLE, dev
     random.seed(cfg.seed)
     device = device or distributed.device_for(cfg.device, world)
     scale, path = cfg.scaling, resolve_model(cfg.model)
-    tokenizer = load_tokenizer(path, cfg.trust_remote_code)
+    try:  # a hub model's tokenizer is checked here, once downloaded (a folder's before the run: checkpoint.check)
+        tokenizer = load_tokenizer(path, cfg.trust_remote_code)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     if world.main:
         for note in template_notes(tokenizer):  # what the checkpoint's chat template does to prompts
             note_once(note)

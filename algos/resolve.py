@@ -35,6 +35,7 @@ from algos import distributed
 from algos.advantages import penalty_placement
 from algos.config import DEFAULT_SFT_STEPS, Config
 from algos.run_dir import TRAINER_STATE
+from algos.run_lock import RUNS
 from algos.sft import has_expert
 from algos.weight_sync import tolerance_for
 from envs.base import note_once
@@ -45,7 +46,7 @@ CHAT_MICRO_BATCH_TOKENS = 8192  # a micro-batch of episodes: about 8 of 1k token
 def resolve(cfg: Config, world: distributed.World, device: str) -> Config:
     """`cfg` with every unset or auto option resolved for this run on `device` (the model is built
     or downloaded first, where it has to be: its size decides --autocast auto)."""
-    output_dir = cfg.output_dir or f"runs/{cfg.env.split(':')[-1]}-{cfg.algo}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    output_dir = cfg.output_dir or f"{RUNS}/{cfg.env.split(':')[-1]}-{cfg.algo}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"  # fmt: skip
     sft_steps = cfg.sft.sft_steps
     if sft_steps is None:
         warmed = (Path(cfg.model).expanduser() / TRAINER_STATE).exists()

@@ -35,7 +35,7 @@ import torch
 from tqdm import tqdm
 
 from agents.model import load_model, resolve_model
-from algos import checkpoint, distributed
+from algos import checkpoint, distributed, lineage
 from algos.collector import Collector, Step, Trajectory
 from algos.config import Config, ConfigError, env_kwargs, flat
 from algos.credit import compute_advantages, informative, informative_sample
@@ -106,13 +106,14 @@ class LoopState:
     held: list[Sample] = field(default_factory=list)
     failed_rewards: dict[str, int] = field(default_factory=dict)  # per source: iterations in a row it failed
     start: dict[int, list[bool]] = field(default_factory=dict)  # held-out task -> outcomes before RL
+    start_at: int = 0  # the iteration of that baseline: 0, or where a fork that plays other episodes began
 
     def evaluated(self, result: HeldOut) -> None:
-        """A held-out evaluation after the last finished iteration; the one before RL (iteration 0) is
-        also the baseline that the run's final evaluation is paired with (`lift`)."""
+        """A held-out evaluation after the last finished iteration; the run's first (before RL: iteration 0,
+        or a fork's start) is also the baseline that its final evaluation is paired with (`lift`)."""
         self.held_out = result.success_rate
-        if self.iteration == 0:
-            self.start = result.outcomes
+        if not self.start:
+            self.start, self.start_at = result.outcomes, self.iteration
 
     def lift(self, final: HeldOut) -> Lift | None:
         """What RL did: the final evaluation against the one before RL, task by task (None without one)."""
@@ -137,7 +138,7 @@ class LoopState:
         rows = [[s.prompt_ids, s.response_ids, s.advantage, s.old_logprobs, s.is_weights, s.mask] for s in self.held]
         return {"env_steps": self.env_steps, "bad_updates": self.bad_updates, "held_out": self.held_out,
                 "held": distributed.gather(rows, world), "failed_rewards": self.failed_rewards,
-                "start": self.start}  # fmt: skip
+                "start": self.start, "start_at": self.start_at}  # fmt: skip
 
     @classmethod
     def from_dict(cls, iteration: int, loop: dict, world) -> LoopState:
@@ -145,7 +146,7 @@ class LoopState:
         held = [Sample(*row) for row in ranks[world.rank]] if len(ranks) == world.size else []
         start = {int(seed): list(won) for seed, won in loop.get("start", {}).items()}
         return cls(iteration, loop.get("env_steps", 0), loop.get("bad_updates", 0), loop.get("held_out"), held,
-                   dict(loop.get("failed_rewards", {})), start)  # fmt: skip
+                   dict(loop.get("failed_rewards", {})), start, loop.get("start_at", 0))  # fmt: skip
 
 
 @dataclass
@@ -166,7 +167,7 @@ class Batch:
 class Run:
     """A run's parts (see the module docstring); `cfg` is resolved (see `resolve`)."""
 
-    def __init__(self, cfg: Config, resume: Path | None = None) -> None:
+    def __init__(self, cfg: Config, resume: lineage.Resume | None = None) -> None:
         self.world, self.device = distributed.init(cfg.device)  # one process unless torchrun
         world = self.world
         if not world.main:
@@ -188,15 +189,16 @@ class Run:
     def __exit__(self, *exc) -> None:
         self.release()
 
-    def _claim(self, resume: Path | None) -> RunLock | None:
+    def _claim(self, resume: lineage.Resume | None) -> RunLock | None:
         """Rank 0 locks the run directory (and, for a fresh run with --overwrite, empties it); every rank
         stops with its error when it cannot."""
         cfg, lock, error = self.cfg, None, None
         if self.world.main:
             try:
-                check_output_dir(cfg.output_dir, resume is not None, cfg.overwrite)
+                in_place = resume is not None and not resume.fork
+                check_output_dir(cfg.output_dir, in_place, cfg.overwrite)
                 lock = RunLock.take(cfg.output_dir)
-                if cfg.overwrite and resume is None and (removed := lock.empty()):
+                if cfg.overwrite and not in_place and (removed := lock.empty()):
                     self.say(f"--overwrite: emptied {cfg.output_dir} ({removed} entries) for this run")
             except ConfigError as e:
                 error = str(e)
@@ -215,15 +217,30 @@ class Run:
         if self.lock is not None:
             self.lock.release()
 
-    def _build(self, resume: Path | None) -> None:
+    def _build(self, resume: lineage.Resume | None) -> None:
         """Every part, whole: the policy and its agent, the run directory, the learner, the collector, the
-        data and reward layers and the audit; a resumed checkpoint's state put back (algos/checkpoint.py)."""
+        data and reward layers and the audit; a resumed checkpoint's state put back (algos/checkpoint.py).
+        A resume records what it changed (resumes.jsonl); a fork starts its own directory (parent.json)."""
         cfg, world, device = self.cfg, self.world, self.device
-        self.ckpt, state = checkpoint.resume_point(resume, cfg, world)  # raises checkpoint.Finished: nothing to do
+        self.forked = bool(resume and resume.fork)
+        source = resume.source if resume else None
+        self.ckpt, state = checkpoint.resume_point(source, cfg, world, fork=self.forked)  # raises Finished: nothing to do
         self.loop = LoopState.from_dict(state["iteration"], state.get("loop", {}), world) if state else LoopState()
         self.model, self.tokenizer, self.agent = build_policy(replace(cfg, model=str(self.ckpt or cfg.model)), world, device)
-        self.dir = RunDir(cfg.output_dir, flat(cfg), purge_step=self.loop.iteration + 1 if self.ckpt else None,
+        in_place = self.ckpt is not None and not self.forked
+        self.dir = RunDir(cfg.output_dir, flat(cfg), purge_step=self.loop.iteration + 1 if in_place else None,
                           write=world.main)  # fmt: skip
+        changed = lineage.changes(resume.saved, cfg) if resume else {}
+        if resume and world.main:
+            if self.forked:
+                lineage.record_fork(self.dir.path, source, self.ckpt, self.loop.iteration, changed)
+                checkpoint.adopt_warm_up(source, self.dir.path)  # the KL reference and the lift's baseline model
+            else:
+                lineage.record_resume(self.dir.path, self.loop.iteration, changed)
+            if changed:
+                self.say(f"{'fork' if self.forked else 'resume'} changes {lineage.describe(changed)}")
+        if self.forked and lineage.rollouts_changed(changed):
+            self.loop.start, self.loop.held = {}, []  # another task or prompt: the fork's own baseline, no old samples
         self.say(f"run directory: {self.dir.path}  (tensorboard --logdir {self.dir.path})")
         if world.enabled:
             self.say(f"{world.size} ranks ({cfg.scaling.parallel}), {cfg.data.num_groups} groups per iteration in all")
@@ -267,6 +284,13 @@ class Run:
         the held-out baseline, and the warm-up's checkpoint (iter_0). A resumed run has done all that.
         Returns what stops the run before RL (the engine does not serve the warmed-up weights), or None."""
         cfg, world, loop = self.cfg, self.world, self.loop
+        if self.forked:  # a new run from the parent's checkpoint: its own baseline if it needs one, its first checkpoint
+            self.say(f"forked after iteration {loop.iteration} from {self.ckpt}")
+            if cfg.log.eval_episodes and not loop.start:
+                loop.evaluated(self.evaluate(loop.iteration))
+                self.say(f"success at the fork: {loop.held_out:.1%}")
+            self.save(loop.iteration)
+            return None
         if self.ckpt:
             self.say(f"resuming after iteration {loop.iteration} from {self.ckpt}")
             return None
@@ -424,7 +448,7 @@ class Run:
         rl = it > 0
         loop = {**self.loop.to_dict(self.world), "next_group_id": self.data.next_group_id,
                 "next_traj_id": self.data.next_traj_id} if rl else {"held_out": self.loop.held_out,
-                                                                    "start": self.loop.start}  # fmt: skip
+                                                                    "start": self.loop.start, "start_at": 0}  # fmt: skip
         return checkpoint.save(self.dir, it, self.model, self.tokenizer, self.learner if rl else None, self.cfg,
                                self.data.sampler if rl else None, self.agent, loop, self.world)  # fmt: skip
 
@@ -442,7 +466,9 @@ class Run:
         path = self.save(last)
         self.say(f"checkpoint: {path}")
         if lift:  # the run's last line
-            self.say(lift.line(f"RL's lift over {'the warm-up' if self.cfg.sft.sft_steps else 'the start'}"))
+            since = (f"iteration {self.loop.start_at} (the fork's start)" if self.loop.start_at else
+                     "the warm-up" if self.cfg.sft.sft_steps else "the start")  # fmt: skip
+            self.say(lift.line(f"RL's lift over {since}"))
         self.dir.write_json("memory.json", {"ranks": distributed.gather(distributed.peak_memory_gib(self.device),
                                                                         self.world)})  # fmt: skip
         self.dir.close()

@@ -12,10 +12,12 @@ DIR/reward_audit.json        every scorer audit of the run; DIR/memory.json: pea
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -24,9 +26,12 @@ import torch
 import yaml
 
 from algos.reporters import WandbReporter, report_to
-from envs.base import note_once
+from envs.base import StorageError, note_once, write_fault
 
 TRAINER_STATE = "trainer_state.pt"  # marks a checkpoint written by this trainer
+# The longest path a run writes under its directory (a temp checkpoint of save_checkpoint, a merged model's shard):
+# an --output-dir must leave room for it below the filesystem's path limit (algos/run_lock.py check_output_dir).
+LONGEST_PATH = "checkpoints/.iter_1000000.tmp-4194304-1800000000000000000/merged/model-00001-of-00002.safetensors"
 
 
 def read_metrics(run: str | Path) -> list[dict]:
@@ -62,11 +67,54 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def _tensor_bytes(*trees) -> int:
+    """The bytes of the tensors in these nested dicts and lists, each storage counted once (tied weights) at
+    its largest view: a lower bound on what saving them writes (safetensors, torch.save)."""
+    sizes: dict[int, int] = {}
+    stack = list(trees)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            key = item.untyped_storage().data_ptr()
+            sizes[key] = max(sizes.get(key, 0), item.numel() * item.element_size())
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return sum(sizes.values())
+
+
+def _free_bytes(path: Path) -> int:
+    """The bytes this process may still write on `path`'s filesystem (root may use the reserved blocks too)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:  # unknown: assume room, the write itself will tell
+        return sys.maxsize
+    return st.f_frsize * (st.f_bfree if os.geteuid() == 0 else st.f_bavail)
+
+
+def _write_fault(error: BaseException, tmp: Path, need: int) -> str | None:
+    """The filesystem's reason why writing a checkpoint into `tmp` failed, or None (not a filesystem fault).
+    safetensors and torch.save report a full disk in their own exceptions, torch.save without the errno: a
+    disk with less room than the rest of the checkpoint (at least 1 MiB) counts as full. That is sound, since
+    the save only started with room for all `need` bytes."""
+    if not isinstance(error, Exception):
+        return None
+    if reason := write_fault(error):
+        return reason
+    try:
+        written = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file()) if tmp.is_dir() else 0
+    except OSError:
+        written = 0
+    return os.strerror(errno.ENOSPC) if _free_bytes(tmp.parent) < max(need - written, 2**20) else None
+
+
 class RunDir:
     """The run's files. With `write=False` (every torchrun rank but 0) it only knows its path."""
 
     def __init__(self, path: str | Path, config: dict, purge_step: int | None = None, write: bool = True) -> None:
-        """`config`: the resolved options (algos.config.flat; its report_to picks TensorBoard and W&B);
+        """`config`: the resolved options (algos.config.flat; its report_to picks TensorBoard and W&B),
+        written to config.yaml by a new run only (a resume records its changes: algos/lineage.py);
         `purge_step`: resuming at this iteration, TensorBoard drops the dead run's later events and W&B
         continues the directory's W&B run."""
         self.path, self.write = Path(path), write
@@ -75,8 +123,9 @@ class RunDir:
             return
         self.path.mkdir(parents=True, exist_ok=True)
         resolved = dict(config)
-        with open(self.path / "config.yaml", "w") as f:
-            yaml.safe_dump(resolved, f, sort_keys=False)
+        if purge_step is None:  # config.yaml is the run's birth certificate: written once, never rewritten
+            with open(self.path / "config.yaml", "w") as f:
+                yaml.safe_dump(resolved, f, sort_keys=False)
         reporters = report_to(resolved.get("report_to", "tensorboard"))
         if "tensorboard" in reporters:
             from torch.utils.tensorboard import SummaryWriter
@@ -124,28 +173,50 @@ class RunDir:
                         weights: dict | None = None, merged: dict | None = None) -> Path:  # fmt: skip
         """Write into a temp folder, fsync, then rename: a crash never leaves half a checkpoint.
         `weights`: the full state dict when the model is sharded (gathered by the caller); a LoRA
-        model saves its adapter, and `merged` weights, if given, go to merged/ as a full model."""
+        model saves its adapter, and `merged` weights, if given, go to merged/ as a full model.
+        A filesystem fault is a StorageError (one line): less free space than the tensors to write is refused
+        before anything is written; a write that fails (a full disk, a folder that turned read-only) removes
+        the temp folder. Either way the earlier checkpoints stay as they were."""
         final = self.path / "checkpoints" / f"iter_{iteration}"
         if not self.write:
             return final
-        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{time.time_ns()}")
-        tmp.mkdir(parents=True)
         model = getattr(model, "module", model)  # DDP
-        model.save_pretrained(tmp, safe_serialization=True, state_dict=weights, is_main_process=True)
-        tokenizer.save_pretrained(tmp)
-        if merged is not None:
-            base = model.get_base_model() if hasattr(model, "get_base_model") else model
-            base.save_pretrained(tmp / "merged", safe_serialization=True, state_dict=merged, is_main_process=True)
-            tokenizer.save_pretrained(tmp / "merged")
-        torch.save(trainer_state, tmp / TRAINER_STATE)
-        for f in sorted(tmp.rglob("*"), reverse=True):  # on disk before the rename makes the checkpoint visible
-            _fsync(f)
-        _fsync(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        own = None if weights is not None or hasattr(model, "peft_config") else model.state_dict()  # an adapter: small
+        need = _tensor_bytes(weights, own, merged, trainer_state)
+        if (free := _free_bytes(self.path)) < need:
+            raise StorageError(self._unsaved(final, f"{os.strerror(errno.ENOSPC)}: {free / 2**20:.0f} MiB free, it "
+                                                   f"needs at least {need / 2**20:.0f} MiB"))  # fmt: skip
+        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{time.time_ns()}")
+        try:
+            tmp.mkdir(parents=True)
+            model.save_pretrained(tmp, safe_serialization=True, state_dict=weights, is_main_process=True)
+            tokenizer.save_pretrained(tmp)
+            if merged is not None:
+                base = model.get_base_model() if hasattr(model, "get_base_model") else model
+                base.save_pretrained(tmp / "merged", safe_serialization=True, state_dict=merged, is_main_process=True)
+                tokenizer.save_pretrained(tmp / "merged")
+            torch.save(trainer_state, tmp / TRAINER_STATE)
+            for f in sorted(tmp.rglob("*"), reverse=True):  # on disk before the rename makes the checkpoint visible
+                _fsync(f)
+            _fsync(tmp)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except BaseException as e:
+            reason = _write_fault(e, tmp, need)  # before the temp folder goes: the room its files took
+            shutil.rmtree(tmp, ignore_errors=True)
+            if reason is None:
+                raise
+            raise StorageError(self._unsaved(final, reason)) from None
         _fsync(final.parent)
         return final
+
+    def _unsaved(self, final: Path, reason: str) -> str:
+        """The one line of a checkpoint that could not be saved: where, why, and what to do."""
+        earlier = any(final.parent.glob("iter_*")) if final.parent.is_dir() else False
+        then = f"--resume {self.path} continues from the newest one" if earlier else "run it again"
+        return (f"--output-dir {self.path}: cannot save checkpoints/{final.name} ({reason}); nothing of it is left "
+                f"and the earlier checkpoints are untouched; once it can be written, {then}")  # fmt: skip
 
     def write_json(self, name: str, record: dict) -> None:
         if self.write:

@@ -1,7 +1,8 @@
 """One run per run directory: the output-dir checks and the lock that keeps a second writer out.
 
-    check_output_dir(path, resume, overwrite)   before anything loads: a file, not writable, in use,
-                                                or a fresh run into a used directory -> ConfigError
+    check_output_dir(path, resume, overwrite)   before anything loads: a file, not creatable or writable
+                                                (a probe file), in use, or a fresh run into a used
+                                                directory -> ConfigError
     RunLock.take(path)                          DIR/.lock, held until release() (rank 0 only)
 
 The lock is DIR/.lock, a JSON record of the writer's pid, host and start time, held with an
@@ -25,9 +26,12 @@ import time
 from pathlib import Path
 
 from algos.config import ConfigError
+from algos.run_dir import LONGEST_PATH
+from envs.base import storage_problem
 
 LOCK = ".lock"
 RUN_FILES = ("config.yaml", "metrics.jsonl", "checkpoints")  # what marks a folder as a run directory
+RUNS = "runs"  # where a run without --output-dir makes its folder (algos/resolve.py)
 
 
 def _flock(fd: int, mode: int) -> bool | None:
@@ -93,19 +97,19 @@ def _in_use(run_dir: Path, record: dict) -> ConfigError:
 
 
 def check_output_dir(output_dir: str, resume: bool, overwrite: bool) -> None:
-    """Whether a run may write into --output-dir (empty: a new timestamped one). Raises ConfigError when
-    it is a file, not writable, or held by a live run, or, for a fresh run, when it holds files: a run
-    (without --overwrite) or anything else (--overwrite empties only a run directory)."""
+    """Whether a run may write into --output-dir (empty: a new timestamped one under runs/). Raises ConfigError
+    when it cannot take files (a file, not creatable, not writable, no room for the checkpoints' paths; a
+    resume: the same for its checkpoints/), when a live run holds it, or, for a fresh run, when it holds
+    files: a run (without --overwrite) or anything else (--overwrite empties only a run directory)."""
+    path = Path(output_dir or RUNS).expanduser()
+    setting = "--output-dir" if output_dir else f"--output-dir (unset: a new folder in {RUNS})"
+    if problem := storage_problem(path, setting, LONGEST_PATH if output_dir else ""):
+        raise ConfigError(f"{problem}; pick another --output-dir")
     if not output_dir:
         return
-    path = Path(output_dir).expanduser()
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"--output-dir {output_dir} is a file, not a directory; pass a directory")
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        raise ConfigError(f"--output-dir {output_dir}: {existing} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"--output-dir {output_dir} is not writable (no write permission on {existing})")
+    checkpoints = path / "checkpoints"
+    if resume and os.path.lexists(checkpoints) and (problem := storage_problem(checkpoints, f"--resume {output_dir}:")):
+        raise ConfigError(problem)  # the next checkpoint goes there
     record = holder(path)
     if record is not None:
         raise _in_use(path, record)

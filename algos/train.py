@@ -35,21 +35,23 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
-from algos import distributed, presets
+from agents.model import unbuilt
+from algos import distributed, lineage, presets
 from algos.checkpoint import Finished, check_model
 from algos.cli import parse_config, resume_argv
 from algos.config import Config, ConfigError
 from algos.run import NumericError, RewardError, Run
 from algos.run_dir import RunDir
 from algos.run_lock import check_output_dir
-from algos.validate import toy_defaults_note, validate
+from algos.validate import inert_notes, toy_defaults_note, validate
 from algos.weight_sync import SyncError
+from envs.base import StorageError, check_cache
 
 
-def train(cfg: Config, resume: Path | None = None) -> RunDir:
-    """One run; `resume`: a run directory to continue from its newest intact checkpoint."""
+def train(cfg: Config, resume: lineage.Resume | None = None) -> RunDir:
+    """One run; `resume`: a run to continue from its newest intact checkpoint (in its own directory, or,
+    forked, in cfg.output_dir)."""
     with Run(cfg, resume) as run:  # every part of a run, built (algos/run.py); its directory stays locked until the end
         if problem := run.warm_up():  # a fresh run: SFT on expert actions, the held-out baseline, iter_0
             raise SyncError(f"{problem} The trainer's weights are saved in {run.save(0)}")
@@ -84,20 +86,29 @@ def main(argv: list[str] | None = None) -> int:
         env = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--env"), "")
         return list_envs(["--import", env.split(":")[0]] if ":" in env else [])
     try:
-        argv, resume = resume_argv(argv)  # the run's own resolved config, then any flags given (e.g. more --iterations)
-        cfg = parse_config(argv)
-        check_output_dir(cfg.output_dir, resume is not None, cfg.overwrite)  # a file, in use, or holding a run
+        argv, resume = resume_argv(argv)  # the run's own options, then any flags given (e.g. more --iterations)
+        saved = (f"{resume.source}/config.yaml", resume.saved) if resume else None
+        cfg = parse_config(argv, saved)
+        if resume:  # a resume keeps the run's identity; a fork keeps its weights (algos/lineage.py)
+            changed = lineage.changes(resume.saved, cfg)
+            if resume.fork:
+                lineage.check_fork(changed)
+            else:
+                lineage.check_resume(resume.source, changed)
+        check_output_dir(cfg.output_dir, resume is not None and not resume.fork, cfg.overwrite)  # a file, in use, or holding a run
+        if unbuilt(cfg.model):  # it is built into TEXTRL_CACHE (TextWorld games: checked as validate makes the env)
+            check_cache()
         validate(cfg)  # before anything heavy loads
         if resume is None:
             check_model(cfg.model)  # a --model folder's files are intact (cheap: no weights read)
             notes = [f"{flag} brings configs/{path.name} (a flag or --config still wins)"
-                     for flag, path in presets.named(cfg.model, cfg.env)]  # fmt: skip
+                     for flag, path in presets.named(cfg.model, cfg.env)] + inert_notes(cfg)  # fmt: skip
             if note := toy_defaults_note(cfg):
                 notes.append(note)
             for note in notes if distributed.from_env().main else []:
                 print(f"note: {note}", file=sys.stderr)
         train(cfg, resume)  # may still find a mistake once the env is loaded (e.g. no expert)
-    except ConfigError as e:
+    except (ConfigError, StorageError) as e:  # StorageError: the cache, the run directory or a checkpoint
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Finished as e:  # --resume of a run that already ran all its iterations: nothing is touched

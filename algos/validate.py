@@ -3,7 +3,8 @@ checks that span sections (the device, torchrun against the engine and the group
 engine against the prompt lengths), then the model source, the env contract (the env is made and
 reset once: a wrong keyword or a reset that returns no (str, dict) pair fails here) and the reward
 sources against the env. Every user mistake becomes one ConfigError line naming the problem and
-the fix; algos/train.py prints it and exits with code 2.
+the fix; algos/train.py prints it and exits with code 2. What is not a mistake but a contradiction, an
+option that another setting makes inert (`--memory` with `--context chat`), is a note: `inert_notes`.
 
     validate(parse_config(argv))     # algos/cli.py gives the config; nothing is loaded yet
 """
@@ -14,9 +15,11 @@ import contextlib
 import difflib
 import importlib
 import os
+from collections.abc import Callable
 
 from algos.advantages import STEP_PLACEMENT
-from algos.config import DEFAULT_SFT_STEPS, SECTIONS, Config, ConfigError, check_types, env_kwargs, flat
+from algos.config import DEFAULT_SFT_STEPS, HINTS, SECTIONS, Config, ConfigError, check_types, env_kwargs, flat
+from algos.reporters import report_to
 
 
 def check_env_id(env_id: str) -> None:
@@ -109,6 +112,115 @@ def toy_defaults_note(cfg: Config) -> str | None:
             f"initialised tiny model and were kept; {where}")
 
 
+# Options that another setting makes inert: (options, when they are ignored, why: the setting that makes them
+# inert, `{option}` filled in from the run's flat options `o`). An option set off its default gets one note (the
+# first row that holds); a setting that can only be a mistake is a check() of its section instead (ConfigError).
+INERT: tuple[tuple[tuple[str, ...], Callable[[dict], bool], str], ...] = (
+    (("memory",), lambda o: o["context"] == "chat",
+     "with --context chat (each prompt is the whole conversation so far)"),
+    (("memory",), lambda o: _template(o) == "answer",
+     "with the answer prompt template of {env} (one question, no history)"),
+    (("max_context_tokens",), lambda o: o["context"] == "window",
+     "with --context window (the chat context's budget; a window prompt is capped by --max-prompt-tokens)"),
+    (("max_prompt_tokens",), lambda o: o["context"] == "chat",
+     "with --context chat (a conversation is capped by --max-context-tokens)"),
+    (("top_p",), lambda o: o["temperature"] == 0,
+     "with --temperature 0 (greedy decoding)"),
+    (("generation_batch_size",), lambda o: o["backend"] == "vllm",
+     "with --backend vllm (the engine schedules its own batches)"),
+    (("vllm_gpu_memory_utilization", "vllm_kv_cache_gib", "vllm_max_model_len", "vllm_enforce_eager",
+      "vllm_tensor_parallel_size", "vllm_sleep", "vllm_lora_sync"), lambda o: o["backend"] != "vllm",
+     "with --backend {backend} (only the vLLM engine reads it)"),
+    (("sync_check_every", "sync_probe_size", "sync_tolerance"), lambda o: o["backend"] != "vllm",
+     "with --backend {backend} (the HF backend samples from the trained weights themselves: no sync to check)"),
+    (("vllm_gpu_memory_utilization",), lambda o: o["device"] == "cpu",
+     "with --device cpu (the CPU engine's KV cache is --vllm-kv-cache-gib)"),
+    (("vllm_lora_sync",), lambda o: not o["lora_rank"],
+     "without --lora-rank (a sync sends the full weights)"),
+    (("sync_probe_size", "sync_tolerance"), lambda o: o["sync_check_every"] == 0,
+     "with --sync-check-every 0 (no sync check)"),
+    (("explore_frac", "stale_after"), lambda o: o["task_sampler"] == "uniform",
+     "with --task-sampler uniform (every task is drawn alike)"),
+    (("max_extra_groups",), lambda o: not o["dynamic_sampling"],
+     "with --no-dynamic-sampling (no group is replaced)"),
+    (("group_size_min", "group_size_max", "no_success_target"), lambda o: not o["adaptive_group_size"],
+     "without --adaptive-group-size (every group has --group-size rollouts)"),
+    (("reward_tolerance",), lambda o: "numeric" not in _sources(o),
+     "with --reward {reward} (only the numeric source reads it)"),
+    (("reward_regex",), lambda o: "regex" not in _sources(o),
+     "with --reward {reward} (only the regex source reads it)"),
+    (("rubric",), lambda o: not {"rubric", "judge"} & _sources(o),
+     "with --reward {reward} (only the rubric and judge sources read it)"),
+    (("judge_model", "judge_prompt", "judge_mode", "judge_batch_size"), lambda o: "judge" not in _sources(o),
+     "with --reward {reward} (only the judge source reads it)"),
+    (("audit_honeypots", "probe_threshold"), lambda o: o["audit_every"] == 0,
+     "with --audit-every 0 (no scorer audit)"),
+    (("gamma", "omega"), lambda o: o["algo"] != "gigpo",
+     "with --algo {algo} (only GiGPO's step-level term uses it)"),
+    (("anchor", "similarity_threshold"), lambda o: o["algo"] != "gigpo",
+     "with --algo {algo} (only GiGPO's step-level term groups steps by anchor state)"),
+    (("similarity_threshold",), lambda o: o["anchor"] != "similarity",
+     "with --anchor {anchor} (only similarity anchors compare observations)"),
+    (("norm", "episode_baseline", "scale"), lambda o: o["algo"] == "rloo",
+     "with --algo rloo (a return minus the mean of the group's other returns, unscaled)"),
+    (("scale",), lambda o: o["norm"] == "mean",
+     "with --norm mean (nothing is divided by a std)"),
+    (("penalty_placement",), lambda o: o["invalid_penalty"] == 0,
+     "with --invalid-penalty 0 (no penalty to place)"),
+    (("kl_estimator",), lambda o: o["beta"] == 0,
+     "with --beta 0 (no KL term, no reference model)"),
+    (("rollout_is_mode", "rollout_is_cap"), lambda o: o["rollout_is"] == "off",
+     "with --rollout-is off (no rollout-correction weights)"),
+    (("share_prompts",), lambda o: o["gradient_checkpointing"],
+     "with --gradient-checkpointing (prompts are not shared under it anyway)"),
+    (("lora_alpha", "lora_dropout", "lora_target_modules"), lambda o: not o["lora_rank"],
+     "without --lora-rank (full fine-tuning, no adapter)"),
+    (("sft_episodes", "sft_batch_size", "sft_lr", "sft_noise"), lambda o: o["sft_steps"] == 0,
+     "with --sft-steps 0 (no warm-up)"),
+    (("eval_every",), lambda o: o["eval_episodes"] == 0,
+     "with --eval-episodes 0 (no evaluation)"),
+    (("transcripts",), lambda o: o["transcript_every"] == 0,
+     "with --transcript-every 0 (no transcripts)"),
+    (("transcript_every",), lambda o: o["transcripts"] == 0,
+     "with --transcripts 0 (no transcripts)"),
+    (("wandb_project", "wandb_entity", "wandb_name"), lambda o: "wandb" not in report_to(o["report_to"]),
+     "with --report-to {report_to} (only a W&B run reads it)"),
+)  # fmt: skip
+
+
+def inert_notes(cfg: Config) -> list[str]:
+    """One line per option set off its default (`flat(Config())`) that the run's other settings make inert
+    (INERT), naming the option, its value and the setting; [] when there is none."""
+    ours, defaults = flat(cfg), flat(Config())
+    notes: dict[str, str] = {}
+    for names, ignored, why in INERT:
+        for name in names:
+            if name not in notes and ours[name] != defaults[name] and ignored(ours):
+                notes[name] = f"{_flag(name, ours[name])} has no effect {why.format(**ours)}"
+    return [notes[name] for name in ours if name in notes]
+
+
+def _flag(name: str, value: object) -> str:
+    """An option and its value as the flag that sets it: `--memory 3`, `--no-dynamic-sampling`."""
+    flag = "--" + name.replace("_", "-")
+    if HINTS[name] is bool:
+        return flag if value else f"--no-{flag[2:]}"
+    shown = f"{value:g}" if isinstance(value, float) else str(value) if value != "" else "''"
+    return f"{flag} {shown}"
+
+
+def _sources(o: dict) -> set[str]:
+    """The source names of --reward."""
+    from rewards.layer import parse_spec
+
+    return {name for name, _ in parse_spec(o["reward"])}
+
+
+def _template(o: dict) -> str:
+    """The prompt template the run uses: --prompt-template, or for auto the env's own."""
+    from envs import prompt_template
+
+    return prompt_template(o["env"]) if o["prompt_template"] == "auto" else o["prompt_template"]
 
 
 def _cuda_available() -> bool:
@@ -150,13 +262,37 @@ def validate(cfg: Config) -> None:
     if model_missing(cfg.model):
         raise ConfigError(f"model path {cfg.model!r} does not exist; pass a checkpoint folder, a hub id, tiny, "
                           "tiny-qwen2.5 or smollm2-135m-instruct")  # fmt: skip
-    problem = source_problem(cfg.model)
+    problem = source_problem(cfg.model) or hub_problem(cfg.model, cfg.trust_remote_code)
     if problem:
         raise ConfigError(problem)
     if is_adapter(path) and model_missing(adapter_base(path)):
         raise ConfigError(f"{cfg.model} is a LoRA adapter whose base model {adapter_base(path)!r} is not here")
     check_env_id(cfg.env)
     check_reward(cfg, check_env_make(cfg))
+
+
+def hub_problem(model: str, trust_remote_code: bool) -> str | None:
+    """Why a --model that names no folder here cannot be had from the Hugging Face Hub (not there, or the Hub
+    cannot be reached and it is not in the local cache), in one line; None for a folder or a built-in model.
+    Reads the model's config only (downloaded once, then cached)."""
+    from agents.model import is_builtin, is_local_path
+
+    if is_builtin(model) or is_local_path(model):
+        return None
+    from huggingface_hub.utils import logging as hub_logging
+    from transformers import AutoConfig
+
+    verbosity = hub_logging.get_verbosity()
+    hub_logging.set_verbosity_error()  # its retries are said once, in the line below
+    try:
+        AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return (f"--model {model} is not a folder here, and its config cannot be had from the Hugging Face Hub ({why}); "
+                "pass a local folder, or a hub id this machine can download or has cached")  # fmt: skip
+    finally:
+        hub_logging.set_verbosity(verbosity)
+    return None
 
 
 def check_engine(cfg: Config, on_gpu: bool) -> None:

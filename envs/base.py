@@ -22,11 +22,14 @@ answers with feedback and `action_valid=False`.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
 import os
 import re
 import string
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -45,6 +48,92 @@ HELD_OUT_SEED = 1_000_000_000
 def cache_dir() -> Path:
     """Where generated artefacts (the tiny model, TextWorld games) are cached."""
     return Path(os.environ.get("TEXTRL_CACHE", Path.home() / ".cache" / "textrl"))
+
+
+class StorageError(OSError):
+    """A folder a run writes to cannot take its files (the cache, the run directory, its checkpoints): one
+    line naming the path, the setting that chose it and the reason; the trainer exits 2."""
+
+
+def check_cache(folder: Path | None = None) -> None:
+    """StorageError unless the cache, or `folder` in it, can be written: before anything is built into it."""
+    setting = "TEXTRL_CACHE" if "TEXTRL_CACHE" in os.environ else "the cache folder (TEXTRL_CACHE unset)"
+    if problem := storage_problem(folder or cache_dir(), setting):
+        raise StorageError(f"{problem}; point TEXTRL_CACHE at a writable folder with room")
+
+
+def storage_problem(path: str | os.PathLike, setting: str, longest: str = "") -> str | None:
+    """Why `path` (chosen by `setting`, e.g. TEXTRL_CACHE or --output-dir) cannot take files, in one line, or
+    None. A probe file is written and removed in the folder; a folder still to be made is probed by making one
+    of this check's own beside where it goes (the probe file inside it), removed again: nothing the user named
+    is created, and processes that check one new folder at once (torchrun's ranks) never meet. `longest`: the
+    longest path the caller writes under `path` (relative); it must fit the filesystem's limits too."""
+    path = Path(path).expanduser()
+    problem = _probe(path, longest)
+    return f"{setting} {path}{problem}" if problem else None
+
+
+def _probe(path: Path, longest: str) -> str | None:
+    """What is wrong with `path`, as the end of `storage_problem`'s line, or None."""
+    doing = "cannot use it"
+    try:
+        existing = next(p for p in (path, *path.parents) if os.path.lexists(p))
+        where = "" if existing == path else f": {existing}"
+        if existing.is_symlink() and not existing.exists():
+            return f"{where} links to {os.readlink(existing)}, which does not exist"
+        if not existing.is_dir():
+            return f"{where} is a file, not a folder"
+        missing = path.parts[len(existing.parts) :]  # the folders still to make, outermost first
+        doing = "cannot write in it" if not missing else "cannot create it" if len(missing) == 1 else \
+            f"cannot create {existing / missing[0]}"  # fmt: skip
+        path_max, name_max = _limit(existing, "PC_PATH_MAX", 4096), _limit(existing, "PC_NAME_MAX", 255)
+        if len(os.fsencode(path)) >= path_max or any(len(os.fsencode(name)) > name_max for name in missing):
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))  # what making it would raise
+        if longest and (problem := _too_long(path, longest, path_max, name_max)):
+            return f": {problem}"
+        folder = None if existing == path else tempfile.mkdtemp(dir=existing, prefix=".textrl-probe-")
+        try:
+            fd, probe = tempfile.mkstemp(dir=folder or path, prefix=".textrl-probe-")
+            try:
+                os.write(fd, b"probe")
+            finally:
+                os.close(fd)
+                os.unlink(probe)
+        finally:
+            if folder is not None:
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)
+    except OSError as e:
+        return f": {doing} ({e.strerror or e})"
+    return None
+
+
+def write_fault(error: BaseException) -> str | None:
+    """The filesystem's reason for an error raised while writing files: an OSError's, or the errno that a
+    library wraps in its own exception (safetensors: "I/O error: No space left on device (os error 28)");
+    None when it is not one."""
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    found = re.search(r"\(os error (\d+)\)", str(error))
+    return os.strerror(int(found.group(1))) if found else None
+
+
+def _too_long(path: Path, longest: str, path_max: int, name_max: int) -> str | None:
+    """Why the files `longest` under `path` break the filesystem's limits on a whole path and on a name, or None."""
+    full = len(os.fsencode(path / longest))
+    name = max(len(os.fsencode(part)) for part in Path(longest).parts)
+    if full < path_max and name <= name_max:
+        return None
+    return (f"the files under it would have paths of up to {full} bytes and names of up to {name}, over this "
+            f"filesystem's {path_max - 1} and {name_max} ({os.strerror(errno.ENAMETOOLONG)})")  # fmt: skip
+
+
+def _limit(path: Path, name: str, default: int) -> int:
+    """A filesystem limit (os.pathconf), or Linux's usual value where it cannot be read."""
+    try:
+        return os.pathconf(path, name)
+    except (OSError, ValueError):
+        return default
 
 
 _NOTED: set[str] = set()

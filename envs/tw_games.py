@@ -35,7 +35,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.base import cache_dir
+from envs.base import StorageError, cache_dir, check_cache
 
 HELD_OUT_GAME_SEED = 1_000_000  # TextWorld seeds of held-out games never meet training ones
 GAME_EXTS = (".z8", ".z5", ".tw-pddl")
@@ -181,10 +181,11 @@ def ensure_games(
 ) -> list[Path]:
     """All games of a pool, generating the missing ones in bulk (parallel, progress bar)."""
     check_level(family, level)
-    missing = [s for s in seeds if not game_path(family, level, s, held_out).exists()]
+    missing = [s for s in seeds if not os.path.exists(game_path(family, level, s, held_out))]  # never raises
     if missing:
         from tqdm import tqdm
 
+        check_cache(games_root())  # one line (a name too long too) before generating, not a traceback from a game
         jobs = [(family, level, s, held_out) for s in missing]
         workers = workers or min(os.cpu_count() or 1, max(1, len(missing) // 8))
         desc = f"generating {family} level {level} {'held-out' if held_out else 'train'} games"
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ensure_games(a.family, a.level, pool_seeds(a.games, False), False, a.workers)
         paths = ensure_games(a.family, a.level, pool_seeds(a.held_out, True), True, a.workers)
-    except GameError as e:
+    except (GameError, StorageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     root = paths[0].parent.parent if paths else games_root()

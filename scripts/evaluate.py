@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m scripts.evaluate", description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", required=True, help="a checkpoint folder (runs/RUN/checkpoints/iter_N), a model "
                    "folder, or a built-in model (smollm2-135m-instruct: zero-shot)")
-    p.add_argument("--env", default="", help="env id; default: the env the checkpoint was trained on")
+    p.add_argument("--env", default="", help="env id; default: the env the checkpoint was trained on (another: a note)")
     p.add_argument("--env-kwargs", nargs="*", default=[], metavar="KEY VALUE",
                    help="gymnasium.make keywords, as for algos.train: KEY VALUE or KEY=VALUE pairs")
     p.add_argument("--episodes", type=int, default=64, help="held-out tasks (K)")
@@ -88,7 +88,7 @@ def checkpoint_dir(checkpoint: str) -> Path:
     try:
         check(path, load_state=False)
     except ValueError as e:
-        raise ConfigError(f"checkpoint {checkpoint}: {e}") from None
+        raise ConfigError(f"--checkpoint {e}" if str(e).startswith(str(path)) else f"--checkpoint {checkpoint}: {e}") from None
     return path
 
 
@@ -131,8 +131,10 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
         options["context"] = args.context
     if args.greedy or args.temperature is not None:
         options["temperature"] = 0.0 if args.greedy else args.temperature
-    cfg = from_flat(options, cfg)
+    trained, cfg = cfg, from_flat(options, cfg)
     validate(cfg)  # env id, knobs, backend: before the model loads
+    if from_trainer and (note := env_note(path, trained, cfg)):
+        print(f"note: {note}", file=sys.stderr)
     warm = path.parent / "iter_0"  # the same run's model right after its SFT warm-up
     if "warm" in args.baselines and (not is_model_dir(warm) or warm.resolve() == path.resolve()):
         raise ConfigError(f"--baselines warm needs the run's warmed-up checkpoint {warm} (saved after a warm-up)")
@@ -173,6 +175,19 @@ def evaluate(args: argparse.Namespace) -> tuple[dict, dict]:
         if name in episodes and (lift := paired_lift(outcomes(episodes[name]), outcomes(episodes["model"]))):
             report.setdefault("lift", {})[name] = dataclasses.asdict(lift)
     return report, episodes
+
+
+def env_note(checkpoint: Path, trained, cfg) -> str | None:
+    """A one-line note when the checkpoint plays another env than it was trained on, or its env with other
+    keyword arguments (`trained`: its training config, `cfg`: this evaluation's); None otherwise."""
+    from algos.config import env_kwargs
+
+    kwargs = env_kwargs(trained), env_kwargs(cfg)
+    if trained.env == cfg.env and kwargs[0] == kwargs[1]:
+        return None
+    shown = [env if kwargs[0] == kwargs[1] else f"{env} ({' '.join(f'{k}={v}' for k, v in kw.items()) or 'no env kwargs'})"
+             for env, kw in zip((trained.env, cfg.env), kwargs)]  # fmt: skip
+    return f"{checkpoint} was trained on {shown[0]}; it plays {shown[1]} here"
 
 
 def episode_rows(episodes: dict) -> list[dict]:
@@ -279,28 +294,47 @@ def send_plots(checkpoint: Path, pngs: list[Path]) -> None:
         print(f"plots sent to the W&B run of {run_dir}", file=sys.stderr)
 
 
+def check_output(output: Path) -> None:
+    """--output names a file in a folder that takes the report's files (created if needed, a probe file written
+    and removed, room for the longest name): ConfigError, one line, otherwise."""
+    from algos.config import ConfigError
+    from envs.base import storage_problem
+
+    if os.path.isdir(output):
+        raise ConfigError(f"--output {output} is a folder; name the report's file, e.g. {output / 'report.json'}")
+    longest = max(output.name, output.stem + "_episodes.jsonl", key=len)  # the longest name written beside it
+    if problem := storage_problem(output.parent, f"--output {output}: its folder", longest):
+        raise ConfigError(problem)
+
+
 def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from algos.config import ConfigError
     from algos.evaluation import Lift
+    from envs.base import StorageError
 
     hf_logging.disable_progress_bar()
     args = parse_args(argv)
     try:
+        check_output(args.output)  # before anything loads, not after the episodes are played
         report, episodes = evaluate(args)
-    except ConfigError as e:
+    except (ConfigError, StorageError) as e:  # StorageError: a built-in model the cache cannot take
         print(f"error: {e}", file=sys.stderr)
         return 2
     from rewards.audit import jsonable
 
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(jsonable(report), indent=1))
     md = args.output.with_suffix(".md")
-    md.write_text(markdown(report))
     rows = args.output.with_name(args.output.stem + "_episodes.jsonl")
-    rows.write_text("".join(json.dumps(r) + "\n" for r in episode_rows(episodes)))
-    pngs = [] if args.no_plots else plots(report, args.output.with_suffix(""))
+    try:  # the folder passed its check; a disk that fills meanwhile is still one line
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(jsonable(report), indent=1))
+        md.write_text(markdown(report))
+        rows.write_text("".join(json.dumps(r) + "\n" for r in episode_rows(episodes)))
+        pngs = [] if args.no_plots else plots(report, args.output.with_suffix(""))
+    except OSError as e:
+        print(f"error: --output {args.output}: cannot write {e.filename or 'it'} ({e.strerror or e})", file=sys.stderr)
+        return 2
     written = [args.output, md, rows, *pngs]
     if pngs:
         send_plots(Path(args.checkpoint).expanduser(), pngs)

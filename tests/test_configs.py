@@ -165,14 +165,14 @@ def test_the_preset_tables_point_at_presets_that_fit():
 
 
 def test_a_resumed_run_keeps_its_own_config_over_the_presets(tmp_path):
-    """--resume reads the run's config.yaml as --config: every value is there, so a named preset changes nothing."""
+    """--resume reads the run's config.yaml under the flags: every value is there, so a named preset changes nothing."""
     from algos.cli import resume_argv
 
     run = tmp_path / "run"
     run.mkdir()
     saved = flat(parse_config(["--model", "smollm2-135m-instruct", "--sft-steps", "12", "--lr", "3e-6"]))
     (run / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
-    argv, _ = resume_argv(["--resume", str(run)])
-    assert flat(parse_config(argv)) == {**saved, "output_dir": str(run)}
+    argv, resume = resume_argv(["--resume", str(run)])
+    assert flat(parse_config(argv, ("config.yaml", resume.saved))) == {**saved, "output_dir": str(run)}
 
 

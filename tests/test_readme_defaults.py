@@ -11,7 +11,7 @@ import pytest
 from algos.config import DEFAULT_SFT_STEPS, Config, flat
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI_ONLY = {"config", "list_envs", "resume"}  # flags that are not config fields: no default to state
+CLI_ONLY = {"config", "list_envs", "resume", "fork"}  # flags that are not config fields: no default to state
 RESOLVED = {"sft_steps": DEFAULT_SFT_STEPS}  # unset in the config, resolved to this before use
 # Defaults the table describes in words: the code holds the "unset" value that the words explain.
 DESCRIBED = {
