@@ -31,12 +31,14 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import time
 from dataclasses import replace
 
 import torch
 
 from agents.generation import SamplingConfig
 from agents.model import autocast
+from agents.stopwatch import Stopwatch
 from algos.config import KL_ESTIMATORS, LOSS_TYPES, Config, LearnerConfig
 from algos.distributed import SINGLE, World, aligned_chunks, all_max, all_sum, gather, load_optimizer_state
 from algos.logprobs import Sample, batch_order, collate, response_logprobs
@@ -216,6 +218,7 @@ class Learner:
         warmup = max(cfg.warmup_steps, 1)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min(1.0, (step + 1) / warmup))
         self.rng = random.Random(seed)
+        self.clock = Stopwatch()  # the update's parts: old-logprob recompute, optimizer (time/*_s)
         # Shared prompts run the model with a KV cache in training: not under gradient checkpointing
         # (which turns the cache off) and not under DDP / FSDP, whose hooks expect one forward per backward.
         self.share = cfg.share_prompts and not world.enabled and not getattr(model, "is_gradient_checkpointing", False)
@@ -253,12 +256,14 @@ class Learner:
     def update(self, samples: list[Sample]) -> dict[str, float]:
         """ppo_epochs x num_minibatches optimizer steps over the samples."""
         cfg = self.cfg
+        started = time.perf_counter()
         self.model.train()
         stats = Stats()
         samples = [s for s in samples if s.response_ids]
         n_global = int(all_sum([len(samples)], self.world)[0])
         if self.rollout_is != "off" and n_global:
-            samples, is_stats = self._recompute_old_logprobs(samples)
+            with self.clock.section("recompute"):
+                samples, is_stats = self._recompute_old_logprobs(samples)
             stats.absorb(is_stats)
         steps, stopped, backward_tokens, forward_tokens = 0, False, 0, 0
         for _ in range(cfg.ppo_epochs):
@@ -281,6 +286,10 @@ class Learner:
         # prompt + response tokens of those samples (before shared prompts are run once): what the learner reads
         stats.add("train/forward_tokens", float(all_sum([forward_tokens], self.world)[0]))
         stats.add("train/early_stopped", float(stopped))  # the KL target ended the epochs before the last planned step
+        spent = self.clock.lap()  # where the update's seconds went: the rest is forward and backward passes
+        spent["forward_backward"] = time.perf_counter() - started - sum(spent.values())
+        for part in ("recompute", "forward_backward", "optimizer"):
+            stats.add(f"time/{part}_s", spent.get(part, 0.0))
         out = merge_ranks(gather(stats, self.world))  # one rank: its own values
         # With beta == 0 no reference model exists; train/kl then measures the drift from
         # the rollout policy (the same estimate as train/approx_kl).
@@ -393,13 +402,14 @@ class Learner:
             ratio_max = max(ratio_max, float((info["ratio"] * m).max()))
         kl_sum, kl_n = all_sum(acc["approx_kl"], self.world)  # every rank decides alike
         stopped = cfg.target_kl > 0 and kl_n > 0 and kl_sum / kl_n > cfg.target_kl
-        grad_norm = clip_grad_norm(self.model, cfg.max_grad_norm)
-        if stopped or not math.isfinite(grad_norm):
-            # past the KL target, or a non-finite gradient that would poison the weights: no step
-            self.optimizer.zero_grad(set_to_none=True)
-        else:
-            self.optimizer.step()
-            self.scheduler.step()
+        with self.clock.section("optimizer"):
+            grad_norm = clip_grad_norm(self.model, cfg.max_grad_norm)
+            if stopped or not math.isfinite(grad_norm):
+                # past the KL target, or a non-finite gradient that would poison the weights: no step
+                self.optimizer.zero_grad(set_to_none=True)
+            else:
+                self.optimizer.step()
+                self.scheduler.step()
         stats = Stats()
         renamed = {"clipped": "clip_frac", "clipped_low": "clip_frac_low", "clipped_high": "clip_frac_high",
                    "dual_clipped": "dual_clip_frac", "ratio": "ratio_mean"}  # fmt: skip

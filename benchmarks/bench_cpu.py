@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_cpu                              # SmolLM2-135M-Instruct, every part
     python -m benchmarks.bench_cpu --parts learner decode --model tiny-qwen2.5
+    python -m benchmarks.bench_cpu --parts iteration --iterations 4   # the SmolLM2 preset's own iterations
 
 matmul   GFLOP/s of a 2048x576 @ 576x1536 matmul (SmolLM2's MLP shape) in float32 and bfloat16.
 learner  One forward + backward of --batch x --tokens tokens through the learner's own code path
@@ -16,6 +17,13 @@ learner  One forward + backward of --batch x --tokens tokens through the learner
 decode   One cached decode forward (the HF backend's `decode`, after a --prompt-tokens prefill) at
          batch 16 and 64, per precision, and the same through vLLM's CPU build when it is installed
          (a 16-token greedy generate at each batch size, per token).
+iteration The trainer itself: `python -m algos.train --model M` (its named preset) for --iterations RL
+         iterations, once with bf16 autocast and once in float32 (`--autocast off`, what a laptop without
+         bf16 units runs), each in its own process (its peak RSS its own), no held-out evaluation.
+         Per iteration: seconds per env step, split into generation, the update (forward + backward,
+         the old-logprob recompute, the optimizer) and the rest; learner tokens (prompt + reply, what
+         the learner reads) and trained tokens per env step; peak RSS so far. --iteration-args passes
+         more trainer flags (e.g. "--sft-steps 10"). Not in the default parts: it trains for minutes.
 
 Prints the tables and writes them to --out (default runs/bench_cpu/summary.json). Every timing is
 the median of --repeats after one untimed warm-up.
@@ -25,12 +33,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 import time
 from pathlib import Path
 
-PARTS = ("matmul", "learner", "decode")
+PARTS = ("matmul", "learner", "decode", "iteration")
+DEFAULT_PARTS = ("matmul", "learner", "decode")
+ITERATION_PRECISIONS = {"bf16": ["--autocast", "bf16"], "float32": ["--autocast", "off"]}
 PRECISIONS = ("float32", "bf16-autocast", "bf16-weights")
 COMPILED = "bf16-autocast+compile"  # the learner's autocast row with every decoder layer compiled
 
@@ -195,6 +206,57 @@ def vllm_decode(path: str, batches: list[int], prompt_tokens: int, dtype: str) -
     return rows
 
 
+def iteration_part(model: str, iterations: int, precisions: list[str], out: Path, extra: list[str]) -> dict:
+    """The trainer's own iterations per precision, each run in a fresh process (benchmarks.bench_vocab `bare`);
+    {"rows": one per iteration, "runs": per precision its command, wall seconds and summary}."""
+    import subprocess
+
+    from algos.run_dir import read_metrics
+    from benchmarks.bench_vocab import ROOT, bare
+
+    rows, runs = [], []
+    for precision in precisions:
+        run = (out / f"iteration-{precision}").resolve()
+        cmd = [sys.executable, "-m", "algos.train", "--model", model, "--iterations", str(iterations),
+               "--eval-episodes", "0", "--save-every", "0", "--output-dir", str(run), "--overwrite",
+               *ITERATION_PRECISIONS[precision], *extra]  # fmt: skip
+        start = time.perf_counter()
+        done = subprocess.run(bare(cmd), cwd=ROOT, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+        mine = [iteration_row(precision, r) for r in read_metrics(run) if "rollout/steps" in r]
+        rows += mine
+        runs.append({"precision": precision, "command": " ".join(cmd[1:]), "wall_s": wall, **iteration_summary(mine)})
+    return {"model": model, "iterations": iterations, "rows": rows, "runs": runs}
+
+
+def iteration_row(precision: str, m: dict) -> dict:
+    """One iteration's metrics row as costs per env step."""
+    steps = max(m["rollout/steps"], 1.0)
+    generate, update, total = m.get("time/generate_s", 0.0), m.get("time/train_s", 0.0), m["time/iteration_s"]
+    return {"precision": precision, "iteration": m["iteration"], "env_steps": int(m["rollout/steps"]),
+            "s_per_step": total / steps, "generate_s_per_step": generate / steps, "update_s_per_step": update / steps,
+            "forward_backward_s_per_step": m.get("time/forward_backward_s", 0.0) / steps,
+            "recompute_s_per_step": m.get("time/recompute_s", 0.0) / steps,
+            "optimizer_s_per_step": m.get("time/optimizer_s", 0.0) / steps,
+            "rest_s_per_step": (total - generate - update) / steps,
+            "learner_tokens_per_step": m.get("train/forward_tokens", 0.0) / steps,
+            "trained_tokens_per_step": m.get("train/backward_tokens", 0.0) / steps,
+            "peak_rss_gib": m.get("memory/peak_rss_gib", 0.0)}  # fmt: skip
+
+
+def iteration_summary(rows: list[dict]) -> dict:
+    """Seconds per env step over all the iterations but the first (its caches and allocator are still
+    warming up), and the peak RSS's growth from iteration 2 to the last, in percent."""
+    later = rows[1:] or rows
+    steps = sum(r["env_steps"] for r in later)
+    seconds = sum(r["s_per_step"] * r["env_steps"] for r in later)
+    growth = 100 * (later[-1]["peak_rss_gib"] / later[0]["peak_rss_gib"] - 1) if later and later[0]["peak_rss_gib"] else 0.0
+    return {"s_per_step": seconds / max(steps, 1), "peak_rss_gib": max((r["peak_rss_gib"] for r in rows), default=0.0),
+            "rss_growth_pct": growth}  # fmt: skip
+
+
 def print_tables(result: dict) -> None:
     if "matmul" in result:
         m = result["matmul"]
@@ -213,11 +275,26 @@ def print_tables(result: dict) -> None:
               "| backend | precision | batch | ms/step |\n|---|---|---|---|")
         for row in result["decode"]["rows"]:
             print(f"| {row['backend']} | {row['precision']} | {row['batch']} | {row['ms_per_step']:.0f} |")
+    if "iteration" in result:
+        r = result["iteration"]
+        print(f"\ntrainer iterations of {r['model']} (bf16 units on this CPU: {result['cpu_has_bf16']}), seconds per "
+              "env step\n| precision | iteration | env steps | s/step | generate | update (fwd+bwd, recompute, "
+              "optimizer) | rest | learner tok/step | trained tok/step | peak RSS GiB |\n|---|---|---|---|---|---|---|"
+              "---|---|---|")  # fmt: skip
+        for x in r["rows"]:
+            print(f"| {x['precision']} | {x['iteration']} | {x['env_steps']} | {x['s_per_step']:.3f} | "
+                  f"{x['generate_s_per_step']:.3f} | {x['update_s_per_step']:.3f} ({x['forward_backward_s_per_step']:.3f}, "
+                  f"{x['recompute_s_per_step']:.3f}, {x['optimizer_s_per_step']:.3f}) | {x['rest_s_per_step']:.3f} | "
+                  f"{x['learner_tokens_per_step']:.0f} | {x['trained_tokens_per_step']:.1f} | {x['peak_rss_gib']:.2f} |")  # fmt: skip
+        for x in r["runs"]:
+            print(f"{x['precision']}: {x['s_per_step']:.3f} s per env step after the first iteration, peak RSS "
+                  f"{x['peak_rss_gib']:.2f} GiB ({x['rss_growth_pct']:+.1f} % from iteration 2 to the last), "
+                  f"whole command {x['wall_s']:.0f} s")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_cpu", description=__doc__.split("\n\n")[0])
-    p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    p.add_argument("--parts", nargs="+", choices=PARTS, default=list(DEFAULT_PARTS))
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--batch", type=int, default=8, help="learner: sequences")
     p.add_argument("--tokens", type=int, default=150, help="learner: tokens per sequence")
@@ -227,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vllm-dtype", choices=("float32", "bfloat16"), default="bfloat16",
                    help="decode: the vLLM engine's dtype (one engine per process)")
     p.add_argument("--no-compile", action="store_true", help="learner: leave out the torch.compile row")
+    p.add_argument("--iterations", type=int, default=3, help="iteration: RL iterations per precision")
+    p.add_argument("--iteration-precisions", nargs="+", choices=tuple(ITERATION_PRECISIONS),
+                   default=list(ITERATION_PRECISIONS))  # fmt: skip
+    p.add_argument("--iteration-args", default="", help='iteration: more trainer flags, e.g. "--sft-steps 10"')
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("runs/bench_cpu"))
     args = p.parse_args(argv)
@@ -237,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     path = resolve_model(args.model)
     result: dict = {"model": args.model, "cpu_has_bf16": cpu_has_bf16()}
-    gflops = matmul_gflops(args.repeats)
+    gflops = matmul_gflops(args.repeats) if {"matmul", "learner"} & set(args.parts) else {}
     if "matmul" in args.parts:
         result["matmul"] = gflops
     if "learner" in args.parts:
@@ -247,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
         result["decode"] = {"prompt_tokens": args.prompt_tokens,
                             "rows": decode_part(path, args.decode_batches, args.prompt_tokens, args.repeats,
                                                 args.decode_backends, args.vllm_dtype)}
+    if "iteration" in args.parts:
+        result["iteration"] = iteration_part(args.model, args.iterations, args.iteration_precisions, args.out,
+                                             shlex.split(args.iteration_args))  # fmt: skip
     print_tables(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(result, indent=2))

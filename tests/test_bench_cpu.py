@@ -25,6 +25,46 @@ def test_bench_cpu_every_part_on_the_tiny_model(tmp_path, tiny_path, capsys):
 
 
 @pytest.mark.slow
+def test_the_iteration_part_on_the_tiny_model_splits_every_env_steps_seconds(tmp_path, tiny_path, capsys):
+    """Two precisions x two trainer iterations, each precision a real `algos.train` process: the parts of an
+    env step's seconds add up to it, and the learner's parts to the update (`time/train_s`, which also holds
+    the samples' assembly)."""
+    small = "--num-groups 1 --group-size 4 --sft-steps 4 --sft-episodes 4 --max-new-tokens 8 --max-extra-groups 0"
+    assert bench_cpu.main(["--parts", "iteration", "--model", "tiny", "--iterations", "2", "--iteration-args", small,
+                           "--out", str(tmp_path)]) == 0  # fmt: skip
+    result = json.loads((tmp_path / "summary.json").read_text())
+    assert "matmul" not in result and isinstance(result["cpu_has_bf16"], bool)
+    rows = result["iteration"]["rows"]
+    assert [(r["precision"], r["iteration"]) for r in rows] == [("bf16", 1), ("bf16", 2), ("float32", 1), ("float32", 2)]
+    for r in rows:
+        assert r["env_steps"] > 0 and r["s_per_step"] > 0 and r["peak_rss_gib"] > 0
+        parts = r["generate_s_per_step"] + r["update_s_per_step"] + r["rest_s_per_step"]
+        assert parts == pytest.approx(r["s_per_step"])
+        learner = r["forward_backward_s_per_step"] + r["recompute_s_per_step"] + r["optimizer_s_per_step"]
+        assert learner <= r["update_s_per_step"] + 1e-9
+        assert r["learner_tokens_per_step"] >= r["trained_tokens_per_step"]
+    config = (tmp_path / "iteration-float32" / "config.yaml").read_text()
+    assert "autocast: 'off'" in config and "eval_episodes: 0" in config
+    assert [x["precision"] for x in result["iteration"]["runs"]] == ["bf16", "float32"]
+    assert "s per env step after the first iteration" in capsys.readouterr().out
+
+
+def test_iteration_rows_by_hand():
+    m = {"iteration": 3, "rollout/steps": 10.0, "time/iteration_s": 5.0, "time/generate_s": 2.0, "time/train_s": 2.5,
+         "time/forward_backward_s": 1.5, "time/recompute_s": 0.5, "time/optimizer_s": 0.25,
+         "train/forward_tokens": 1600.0, "train/backward_tokens": 200.0, "memory/peak_rss_gib": 2.0}  # fmt: skip
+    row = bench_cpu.iteration_row("bf16", m)
+    assert (row["s_per_step"], row["generate_s_per_step"], row["update_s_per_step"]) == (0.5, 0.2, 0.25)
+    assert row["rest_s_per_step"] == pytest.approx(0.05)
+    assert (row["learner_tokens_per_step"], row["trained_tokens_per_step"]) == (160.0, 20.0)
+    later = {**row, "iteration": 4, "env_steps": 30, "s_per_step": 0.1, "peak_rss_gib": 2.1}
+    first = {**row, "iteration": 2, "s_per_step": 9.0}  # the first iteration is left out of the mean
+    summary = bench_cpu.iteration_summary([first, row, later])
+    assert summary["s_per_step"] == pytest.approx((0.5 * 10 + 0.1 * 30) / 40)
+    assert summary["rss_growth_pct"] == pytest.approx(5.0) and summary["peak_rss_gib"] == 2.1
+
+
+@pytest.mark.slow
 def test_the_compiled_learner_row_compiles_every_layer_and_keeps_the_gradients(tiny_path):
     import torch
     from torch._dynamo.utils import counters

@@ -273,3 +273,18 @@ def test_vllm_serves_the_trained_weights(tmp_path, run):
     syncs = [r for r in metrics(out) if "sync/logprob_diff_max" in r]
     assert len(syncs) == 2  # after the warm-up and after the update
     assert all(r["sync/logprob_diff_max"] < tolerance_for("float32") for r in syncs)  # tied embeddings as trained
+
+
+@pytest.mark.slow
+def test_the_iteration_benchmark_splits_a_real_models_env_step(run, tmp_path):
+    """benchmarks.bench_cpu's iteration part on SmolLM2 (from the warmed-up checkpoint: no warm-up), one
+    iteration in bf16: the seconds of an env step add up, and the learner reads at least the tokens it trains."""
+    from benchmarks import bench_cpu
+
+    keep = [a for i, a in enumerate(RUN) if a not in ("--model", SMOLLM2) and RUN[i - 1] != "--eval-episodes"
+            and a != "--eval-episodes"]  # fmt: skip
+    result = bench_cpu.iteration_part(str(run / "checkpoints" / "iter_0"), 1, ["bf16"], tmp_path, keep)
+    (row,) = result["rows"]
+    assert row["env_steps"] > 0 and row["peak_rss_gib"] > 1  # SmolLM2's float32 weights alone are 0.5 GB
+    assert row["generate_s_per_step"] + row["update_s_per_step"] + row["rest_s_per_step"] == pytest.approx(row["s_per_step"])
+    assert row["learner_tokens_per_step"] >= row["trained_tokens_per_step"]  # both 0 if the update was held
