@@ -448,7 +448,7 @@ class Run:
         rl = it > 0
         loop = {**self.loop.to_dict(self.world), "next_group_id": self.data.next_group_id,
                 "next_traj_id": self.data.next_traj_id} if rl else {"held_out": self.loop.held_out,
-                                                                    "start": self.loop.start, "start_at": 0}  # fmt: skip
+                                                                    "start": self.loop.start, "start_at": self.loop.start_at}  # fmt: skip
         return checkpoint.save(self.dir, it, self.model, self.tokenizer, self.learner if rl else None, self.cfg,
                                self.data.sampler if rl else None, self.agent, loop, self.world)  # fmt: skip
 
@@ -466,7 +466,8 @@ class Run:
         path = self.save(last)
         self.say(f"checkpoint: {path}")
         if lift:  # the run's last line
-            since = (f"iteration {self.loop.start_at} (the fork's start)" if self.loop.start_at else
+            fork = " (the fork's start)" if self.forked else ""  # else a run that evaluated nothing before RL
+            since = (f"iteration {self.loop.start_at}{fork}" if self.loop.start_at else
                      "the warm-up" if self.cfg.sft.sft_steps else "the start")  # fmt: skip
             self.say(lift.line(f"RL's lift over {since}"))
         self.dir.write_json("memory.json", {"ranks": distributed.gather(distributed.peak_memory_gib(self.device),
