@@ -3,6 +3,7 @@
     python -m benchmarks.bench_cpu                              # SmolLM2-135M-Instruct, every part
     python -m benchmarks.bench_cpu --parts learner decode --model tiny-qwen2.5
     python -m benchmarks.bench_cpu --parts iteration --iterations 4   # the SmolLM2 preset's own iterations
+    python -m benchmarks.bench_cpu --parts iteration --iteration-presets before preset   # today's preset, the old one
 
 matmul   GFLOP/s of a 2048x576 @ 576x1536 matmul (SmolLM2's MLP shape) in float32 and bfloat16.
 learner  One forward + backward of --batch x --tokens tokens through the learner's own code path
@@ -23,7 +24,11 @@ iteration The trainer itself: `python -m algos.train --model M` (its named prese
          Per iteration: seconds per env step, split into generation, the update (forward + backward,
          the old-logprob recompute, the optimizer) and the rest; learner tokens (prompt + reply, what
          the learner reads) and trained tokens per env step; peak RSS so far. --iteration-args passes
-         more trainer flags (e.g. "--sft-steps 10"). Not in the default parts: it trains for minutes.
+         more trainer flags (e.g. "--sft-steps 10"). --iteration-presets before preset runs each
+         precision under SmolLM2's preset as it stood on 2026-12-06 (benchmarks/smollm2-135m-before.yaml)
+         and under today's (configs/smollm2-135m.yaml), side by side in one run; with a warmed-up
+         checkpoint as --model and "--sft-steps 0", every arm starts from the same weights. Not in the
+         default parts: it trains for minutes.
 
 Prints the tables and writes them to --out (default runs/bench_cpu/summary.json). Every timing is
 the median of --repeats after one untimed warm-up.
@@ -42,6 +47,10 @@ from pathlib import Path
 PARTS = ("matmul", "learner", "decode", "iteration")
 DEFAULT_PARTS = ("matmul", "learner", "decode")
 ITERATION_PRECISIONS = {"bf16": ["--autocast", "bf16"], "float32": ["--autocast", "off"]}
+# --iteration-presets: SmolLM2's preset today, and as it stood on 2026-12-06 (kept to measure changes against it), each
+# passed as --config (so that --model may be a warmed-up checkpoint, which brings no preset of its own)
+ITERATION_PRESETS = {"preset": Path(__file__).parent.parent / "configs" / "smollm2-135m.yaml",
+                     "before": Path(__file__).parent / "smollm2-135m-before.yaml"}
 PRECISIONS = ("float32", "bf16-autocast", "bf16-weights")
 COMPILED = "bf16-autocast+compile"  # the learner's autocast row with every decoder layer compiled
 
@@ -206,36 +215,42 @@ def vllm_decode(path: str, batches: list[int], prompt_tokens: int, dtype: str) -
     return rows
 
 
-def iteration_part(model: str, iterations: int, precisions: list[str], out: Path, extra: list[str]) -> dict:
-    """The trainer's own iterations per precision, each run in a fresh process (benchmarks.bench_vocab `bare`);
-    {"rows": one per iteration, "runs": per precision its command, wall seconds and summary}."""
+def iteration_part(model: str, iterations: int, precisions: list[str], out: Path, extra: list[str],
+                   presets: list[str] | None = None) -> dict:  # fmt: skip
+    """The trainer's own iterations per preset and precision, each run in a fresh process (benchmarks.bench_vocab
+    `bare`): {"rows": one per iteration, "runs": per arm its command, wall seconds and summary}. `presets`:
+    names of ITERATION_PRESETS, each run as `--config` (None: the model's own preset, as `--model` brings it)."""
     import subprocess
 
     from algos.run_dir import read_metrics
     from benchmarks.bench_vocab import ROOT, bare
 
     rows, runs = [], []
-    for precision in precisions:
-        run = (out / f"iteration-{precision}").resolve()
-        cmd = [sys.executable, "-m", "algos.train", "--model", model, "--iterations", str(iterations),
-               "--eval-episodes", "0", "--save-every", "0", "--output-dir", str(run), "--overwrite",
-               *ITERATION_PRECISIONS[precision], *extra]  # fmt: skip
-        start = time.perf_counter()
-        done = subprocess.run(bare(cmd), cwd=ROOT, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        if done.returncode:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
-        mine = [iteration_row(precision, r) for r in read_metrics(run) if "rollout/steps" in r]
-        rows += mine
-        runs.append({"precision": precision, "command": " ".join(cmd[1:]), "wall_s": wall, **iteration_summary(mine)})
+    for preset in presets or [""]:
+        for precision in precisions:
+            arm = f"{preset}-{precision}" if preset else precision
+            run = (out / f"iteration-{arm}").resolve()
+            config = ["--config", str(ITERATION_PRESETS[preset])] if preset else []
+            cmd = [sys.executable, "-m", "algos.train", "--model", model, *config, "--iterations", str(iterations),
+                   "--eval-episodes", "0", "--save-every", "0", "--output-dir", str(run), "--overwrite",
+                   *ITERATION_PRECISIONS[precision], *extra]  # fmt: skip
+            start = time.perf_counter()
+            done = subprocess.run(bare(cmd), cwd=ROOT, capture_output=True, text=True)
+            wall = time.perf_counter() - start
+            if done.returncode:
+                raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+            mine = [iteration_row(precision, r, preset) for r in read_metrics(run) if "rollout/steps" in r]
+            rows += mine
+            runs.append({"preset": preset, "precision": precision, "command": " ".join(cmd[1:]), "wall_s": wall,
+                         **iteration_summary(mine)})  # fmt: skip
     return {"model": model, "iterations": iterations, "rows": rows, "runs": runs}
 
 
-def iteration_row(precision: str, m: dict) -> dict:
+def iteration_row(precision: str, m: dict, preset: str = "") -> dict:
     """One iteration's metrics row as costs per env step."""
     steps = max(m["rollout/steps"], 1.0)
     generate, update, total = m.get("time/generate_s", 0.0), m.get("time/train_s", 0.0), m["time/iteration_s"]
-    return {"precision": precision, "iteration": m["iteration"], "env_steps": int(m["rollout/steps"]),
+    return {"preset": preset, "precision": precision, "iteration": m["iteration"], "env_steps": int(m["rollout/steps"]),
             "s_per_step": total / steps, "generate_s_per_step": generate / steps, "update_s_per_step": update / steps,
             "forward_backward_s_per_step": m.get("time/forward_backward_s", 0.0) / steps,
             "recompute_s_per_step": m.get("time/recompute_s", 0.0) / steps,
@@ -278,16 +293,18 @@ def print_tables(result: dict) -> None:
     if "iteration" in result:
         r = result["iteration"]
         print(f"\ntrainer iterations of {r['model']} (bf16 units on this CPU: {result['cpu_has_bf16']}), seconds per "
-              "env step\n| precision | iteration | env steps | s/step | generate | update (fwd+bwd, recompute, "
-              "optimizer) | rest | learner tok/step | trained tok/step | peak RSS GiB |\n|---|---|---|---|---|---|---|"
-              "---|---|---|")  # fmt: skip
+              "env step\n| preset | precision | iteration | env steps | s/step | generate | update (fwd+bwd, "
+              "recompute, optimizer) | rest | learner tok/step | trained tok/step | peak RSS GiB |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
         for x in r["rows"]:
-            print(f"| {x['precision']} | {x['iteration']} | {x['env_steps']} | {x['s_per_step']:.3f} | "
+            print(f"| {x.get('preset') or '-'} | {x['precision']} | {x['iteration']} | {x['env_steps']} | "
+                  f"{x['s_per_step']:.3f} | "
                   f"{x['generate_s_per_step']:.3f} | {x['update_s_per_step']:.3f} ({x['forward_backward_s_per_step']:.3f}, "
                   f"{x['recompute_s_per_step']:.3f}, {x['optimizer_s_per_step']:.3f}) | {x['rest_s_per_step']:.3f} | "
                   f"{x['learner_tokens_per_step']:.0f} | {x['trained_tokens_per_step']:.1f} | {x['peak_rss_gib']:.2f} |")  # fmt: skip
         for x in r["runs"]:
-            print(f"{x['precision']}: {x['s_per_step']:.3f} s per env step after the first iteration, peak RSS "
+            print(f"{x.get('preset') or 'preset'} {x['precision']}: {x['s_per_step']:.3f} s per env step after the "
+                  "first iteration, peak RSS "
                   f"{x['peak_rss_gib']:.2f} GiB ({x['rss_growth_pct']:+.1f} % from iteration 2 to the last), "
                   f"whole command {x['wall_s']:.0f} s")  # fmt: skip
 
@@ -307,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iterations", type=int, default=3, help="iteration: RL iterations per precision")
     p.add_argument("--iteration-precisions", nargs="+", choices=tuple(ITERATION_PRECISIONS),
                    default=list(ITERATION_PRECISIONS))  # fmt: skip
+    p.add_argument("--iteration-presets", nargs="+", choices=tuple(ITERATION_PRESETS), default=None,
+                   help="iteration: presets to compare, each at every precision (default: the model's own)")
     p.add_argument("--iteration-args", default="", help='iteration: more trainer flags, e.g. "--sft-steps 10"')
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("runs/bench_cpu"))
@@ -330,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                                                 args.decode_backends, args.vllm_dtype)}
     if "iteration" in args.parts:
         result["iteration"] = iteration_part(args.model, args.iterations, args.iteration_precisions, args.out,
-                                             shlex.split(args.iteration_args))  # fmt: skip
+                                             shlex.split(args.iteration_args), args.iteration_presets)  # fmt: skip
     print_tables(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(result, indent=2))

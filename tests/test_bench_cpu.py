@@ -131,3 +131,19 @@ def test_bench_zero_shot_rejects_a_cap_below_one(capsys):
     with pytest.raises(SystemExit) as e:
         bench_zero_shot.main(["--max-steps", "0"])
     assert e.value.code == 2 and "--max-steps must be >= 1" in capsys.readouterr().err
+
+
+def test_the_before_preset_sets_every_option_the_current_preset_sets():
+    """`--iteration-presets before` runs `--model smollm2-135m-instruct --config before.yaml`: the model brings the
+    current preset underneath, so the old one must set each of its options, or the new values would show through."""
+    import yaml
+
+    from algos.cli import parse_config
+    from algos.config import flat, from_flat
+
+    current = yaml.safe_load(bench_cpu.ITERATION_PRESETS["preset"].read_text())
+    before = yaml.safe_load(bench_cpu.ITERATION_PRESETS["before"].read_text())
+    assert set(current) <= set(before)
+    old = str(bench_cpu.ITERATION_PRESETS["before"])
+    layered = flat(parse_config(["--model", "smollm2-135m-instruct", "--config", old]))
+    assert layered == flat(from_flat(before))  # the old preset over the defaults, whatever the current one says
