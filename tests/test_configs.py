@@ -176,3 +176,18 @@ def test_a_resumed_run_keeps_its_own_config_over_the_presets(tmp_path):
     assert flat(parse_config(argv, ("config.yaml", resume.saved))) == {**saved, "output_dir": str(run)}
 
 
+
+def test_the_smollm2_preset_resolves_to_its_committed_runs_config():
+    """docs/benchmarks.md quotes runs/smollm2-learn-m8: `--model smollm2-135m-instruct` must run what it ran. The run's
+    config.yaml holds resolved values (algos/resolve.py); where the preset leaves an option to resolve, it must be
+    unset there (autocast auto resolved to bf16 on that machine's AVX512-BF16), and every other option equal."""
+    committed = yaml.safe_load((ROOT / "runs" / "smollm2-learn-m8" / "config.yaml").read_text())
+    preset = flat(parse_config(["--model", "smollm2-135m-instruct"]))
+    run_only = {"output_dir", "overwrite"}  # where that run wrote, not what it learned
+    unset = {"autocast": "auto", "rollout_is": "auto", "min_update_samples": None, "micro_batch_tokens": None,
+             "sync_tolerance": 0.0, "vllm_max_model_len": 0}  # fmt: skip  # each resolved for the run
+    assert {k: preset[k] for k in unset} == unset
+    differs = {k: (v, preset.get(k)) for k, v in committed.items()
+               if k not in run_only | set(unset) and preset.get(k) != v}  # fmt: skip
+    assert not differs and set(preset) == set(committed)
+    assert (committed["autocast"], committed["rollout_is"], committed["micro_batch_size"]) == ("bf16", "token", 8)
