@@ -261,15 +261,17 @@ class Learner:
         stats = Stats()
         samples = [s for s in samples if s.response_ids]
         n_global = int(all_sum([len(samples)], self.world)[0])
+        n_mb = min(cfg.num_minibatches, n_global)  # the same on every rank (some may get none)
+        orders = []
+        for _ in range(cfg.ppo_epochs):
+            orders.append(list(range(len(samples))))
+            self.rng.shuffle(orders[-1])
         if self.rollout_is != "off" and n_global:
             with self.clock.section("recompute"):
-                samples, is_stats = self._recompute_old_logprobs(samples)
+                samples, is_stats = self._recompute_old_logprobs(samples, [orders[0][mb::n_mb] for mb in range(n_mb)])
             stats.absorb(is_stats)
         steps, stopped, backward_tokens, forward_tokens = 0, False, 0, 0
-        for _ in range(cfg.ppo_epochs):
-            order = list(range(len(samples)))
-            self.rng.shuffle(order)
-            n_mb = min(cfg.num_minibatches, n_global)  # the same on every rank (some may get none)
+        for order in orders:
             for mb in range(n_mb):
                 if stopped:
                     continue
@@ -296,26 +298,33 @@ class Learner:
         out.setdefault("train/kl", out.get("train/approx_kl", 0.0))
         return out
 
-    def _recompute_old_logprobs(self, samples: list[Sample]) -> tuple[list[Sample], Stats]:
+    def _recompute_old_logprobs(self, samples: list[Sample], minis: list[list[int]]) -> tuple[list[Sample], Stats]:
         """The trainer's own logprobs become the PPO reference; pi_trainer / pi_rollout the weights
-        (their statistics token-weighted over the chunks)."""
+        (their statistics token-weighted over the chunks). `minis`: the first epoch's mini-batches (indices
+        into `samples`), run in the very micro-batches `_step` cuts from them: under bf16 a sample's logprobs
+        depend on its micro-batch (padding, the shared opening), and the first epoch's ratio is then exactly 1."""
         cfg = self.cfg
-        out, stats = [], Stats()
+        out, stats = list(samples), Stats()
         with torch.no_grad():
-            for chunk in self._chunks(samples):
-                batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
-                with autocast(self.device, cfg.autocast):
-                    logp, _ = response_logprobs(self.model, batch, self.temperature, vocab=self.vocab)
-                if chunk is None:  # this rank has run out: the pass only keeps the collectives in step
-                    continue
-                w, st = rollout_is_weights(logp, batch["old"], batch["mask"], self.rollout_is, cfg.rollout_is_mode,
-                                           cfg.rollout_is_cap, batch.get("turn"))  # fmt: skip
-                tokens = float(batch["mask"].sum())
-                for k, v in st.items():
-                    stats.add(k, v, tokens)
-                for row, s in enumerate(chunk):
-                    n = len(s.response_ids)
-                    out.append(replace(s, old_logprobs=logp[row, -n:].tolist(), is_weights=w[row, -n:].tolist()))
+            for mini in minis:
+                rows: dict[int, list[int]] = {}  # a sample's position in `samples` (a sample held twice: both)
+                for i in mini:
+                    rows.setdefault(id(samples[i]), []).append(i)
+                for chunk in self._chunks(batch_order([samples[i] for i in mini], self.share)):
+                    batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
+                    with autocast(self.device, cfg.autocast):
+                        logp, _ = response_logprobs(self.model, batch, self.temperature, vocab=self.vocab)
+                    if chunk is None:  # this rank has run out: the pass only keeps the collectives in step
+                        continue
+                    w, st = rollout_is_weights(logp, batch["old"], batch["mask"], self.rollout_is, cfg.rollout_is_mode,
+                                               cfg.rollout_is_cap, batch.get("turn"))  # fmt: skip
+                    tokens = float(batch["mask"].sum())
+                    for k, v in st.items():
+                        stats.add(k, v, tokens)
+                    for row, s in enumerate(chunk):
+                        n = len(s.response_ids)
+                        out[rows[id(s)].pop(0)] = replace(s, old_logprobs=logp[row, -n:].tolist(),
+                                                          is_weights=w[row, -n:].tolist())  # fmt: skip
         return out, stats
 
     def _chunks(self, samples: list[Sample]) -> list[list[Sample] | None]:

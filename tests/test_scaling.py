@@ -186,6 +186,23 @@ def test_bf16_rollouts_and_a_bf16_learner_start_at_ratio_one(tiny):
     assert plain.learner.rollout_is == "off"  # float32 HF rollouts match the learner: nothing to correct
 
 
+def test_the_recompute_slices_like_the_first_epoch_so_its_ratio_is_exactly_one(tiny):
+    """Under bf16 a sample's logprobs depend on the micro-batch it runs in (padding, the shared opening), so the
+    recomputed old logprobs must come from the same micro-batches as the first epoch's: with mini-batches of 6 and
+    micro-batches of 2 over prompts of several lengths, every first-epoch ratio is exactly 1 (lr 0: no step moves)."""
+    from algos.config import from_flat
+    from algos.resolve import resolve
+
+    model, tokenizer = copy.deepcopy(tiny[0]), tiny[1]
+    texts = ["You are in the hall.", "Exits: north, east.", "You see a red key here.", "Go."]
+    batch = [Sample(tokenizer.encode(texts[k % 4]) * (1 + k % 3), [5 + k % 7, 9, 4 + k % 5], (-1.0) ** k, [-2.0] * 3)
+             for k in range(12)]  # fmt: skip
+    cfg = resolve(from_flat(dict(autocast="bf16", num_minibatches=2, micro_batch_size=2, ppo_epochs=1, lr=0.0,
+                                 warmup_steps=1)), distributed.SINGLE, "cpu")  # fmt: skip
+    stats = Learner.for_run(model, cfg, tokenizer.pad_token_id, len(tokenizer)).update(batch)
+    assert stats["train/ratio_max"] == 1.0 and stats["train/ratio_mean"] == 1.0
+
+
 @pytest.mark.slow
 def test_torchrun_fsdp_end_to_end(tmp_path, tiny_path):
     out = tmp_path / "run"
