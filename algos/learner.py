@@ -301,7 +301,7 @@ class Learner:
     def _recompute_old_logprobs(self, samples: list[Sample], minis: list[list[int]]) -> tuple[list[Sample], Stats]:
         """The trainer's own logprobs become the PPO reference; pi_trainer / pi_rollout the weights
         (their statistics token-weighted over the chunks). `minis`: the first epoch's mini-batches (indices
-        into `samples`), run in the very micro-batches `_step` cuts from them: under bf16 a sample's logprobs
+        into `samples`), run in the very micro-batches `_step` runs (`_micro_batches`): under bf16 a sample's logprobs
         depend on its micro-batch (padding, the shared opening), and the first epoch's ratio is then exactly 1."""
         cfg = self.cfg
         out, stats = list(samples), Stats()
@@ -310,7 +310,7 @@ class Learner:
                 rows: dict[int, list[int]] = {}  # a sample's position in `samples` (a sample held twice: both)
                 for i in mini:
                     rows.setdefault(id(samples[i]), []).append(i)
-                for chunk in self._chunks(batch_order([samples[i] for i in mini], self.share)):
+                for chunk in self._micro_batches([samples[i] for i in mini]):
                     batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
                     with autocast(self.device, cfg.autocast):
                         logp, _ = response_logprobs(self.model, batch, self.temperature, vocab=self.vocab)
@@ -326,6 +326,11 @@ class Learner:
                         out[rows[id(s)].pop(0)] = replace(s, old_logprobs=logp[row, -n:].tolist(),
                                                           is_weights=w[row, -n:].tolist())  # fmt: skip
         return out, stats
+
+    def _micro_batches(self, mini: list[Sample]) -> list[list[Sample] | None]:
+        """A mini-batch's micro-batches, as both the old-logprob recompute and `_step` run them: sorted
+        (batch_order), then cut (`_chunks`)."""
+        return self._chunks(batch_order(mini, self.share))
 
     def _chunks(self, samples: list[Sample]) -> list[list[Sample] | None]:
         """Micro-batches, the same count on every rank: micro_batch_size samples each, and with
@@ -375,13 +380,12 @@ class Learner:
         num_seqs, num_tokens = (int(v) for v in all_sum([sum(s.turns for s in mini),
                                                           sum(s.trained_tokens for s in mini)], self.world))  # fmt: skip
         scale = float(self.world.size)
-        mini = batch_order(mini, self.share)
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         acc = {k: [0.0, 0.0] for k in ("ratio", "clipped", "clipped_low", "clipped_high", "dual_clipped",
                                        "approx_kl", "kl", "entropy")}  # fmt: skip
         ratio_max = 0.0
-        chunks = self._chunks(mini)
+        chunks = self._micro_batches(mini)
         for n, chunk in enumerate(chunks):
             batch = collate(chunk or [self._dummy], self.pad_id, self.device, self.share)
             with self._accumulation(last=n == len(chunks) - 1):

@@ -44,13 +44,15 @@ import sys
 import time
 from pathlib import Path
 
+from algos.presets import model_preset
+
 PARTS = ("matmul", "learner", "decode", "iteration")
 DEFAULT_PARTS = ("matmul", "learner", "decode")
 ITERATION_PRECISIONS = {"bf16": ["--autocast", "bf16"], "float32": ["--autocast", "off"]}
 # --iteration-presets: SmolLM2's preset today, and as it stood on 2026-12-06 (kept to measure changes against it), each
 # passed as --config (so that --model may be a warmed-up checkpoint, which brings no preset of its own)
-ITERATION_PRESETS = {"preset": Path(__file__).parent.parent / "configs" / "smollm2-135m.yaml",
-                     "before": Path(__file__).parent / "smollm2-135m-before.yaml"}
+ITERATION_PRESETS = {"preset": model_preset("smollm2-135m-instruct"),
+                     "before": Path(__file__).parent / "smollm2-135m-before.yaml"}  # fmt: skip
 PRECISIONS = ("float32", "bf16-autocast", "bf16-weights")
 COMPILED = "bf16-autocast+compile"  # the learner's autocast row with every decoder layer compiled
 
@@ -297,13 +299,13 @@ def print_tables(result: dict) -> None:
               "recompute, optimizer) | rest | learner tok/step | trained tok/step | peak RSS GiB |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
         for x in r["rows"]:
-            print(f"| {x.get('preset') or '-'} | {x['precision']} | {x['iteration']} | {x['env_steps']} | "
+            print(f"| {x['preset'] or '-'} | {x['precision']} | {x['iteration']} | {x['env_steps']} | "
                   f"{x['s_per_step']:.3f} | "
                   f"{x['generate_s_per_step']:.3f} | {x['update_s_per_step']:.3f} ({x['forward_backward_s_per_step']:.3f}, "
                   f"{x['recompute_s_per_step']:.3f}, {x['optimizer_s_per_step']:.3f}) | {x['rest_s_per_step']:.3f} | "
                   f"{x['learner_tokens_per_step']:.0f} | {x['trained_tokens_per_step']:.1f} | {x['peak_rss_gib']:.2f} |")  # fmt: skip
         for x in r["runs"]:
-            print(f"{x.get('preset') or 'preset'} {x['precision']}: {x['s_per_step']:.3f} s per env step after the "
+            print(f"{x['preset'] or 'preset'} {x['precision']}: {x['s_per_step']:.3f} s per env step after the "
                   "first iteration, peak RSS "
                   f"{x['peak_rss_gib']:.2f} GiB ({x['rss_growth_pct']:+.1f} % from iteration 2 to the last), "
                   f"whole command {x['wall_s']:.0f} s")  # fmt: skip
