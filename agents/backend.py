@@ -30,7 +30,7 @@ import torch
 
 from agents.generation import Sampling
 from agents.model import autocast
-from agents.weights import full_state_dict
+from agents.weights import full_state_dict, merged_state_dict
 
 
 @runtime_checkable
@@ -69,12 +69,14 @@ class HFBackend:
     """Batched sampling with a KV cache over a `transformers` causal LM."""
 
     def __init__(self, model, eos_ids: list[int], pad_id: int, batch_size: int = 64, seed: int = 0,
-                 precision: str = "off", vocab: int = 0, reuse_prefixes: bool = False):  # fmt: skip
+                 precision: str = "off", vocab: int = 0, reuse_prefixes: bool = False,
+                 share_opening: bool = True):  # fmt: skip
         """`reuse_prefixes` (the chat context): keep each prompt's KV cache, with its reply, from one
         `generate` to the next, so that a prompt extending a kept one runs only its new tokens
-        (`prefill`); dropped when the weights change (`release`, `sync`)."""
+        (`prefill`); dropped when the weights change (`release`, `sync`). `share_opening`: the
+        opening a batch's distinct prompts share (system prompt, task) runs once (`prefill`)."""
         self.model, self.precision = model, precision
-        self.reuse_prefixes = reuse_prefixes
+        self.reuse_prefixes, self.share_opening = reuse_prefixes, share_opening
         self.kept: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}  # tokens -> per-layer K, V
         self.vocab = vocab or None  # tokens a sample may take: ids >= len(tokenizer) are padded rows
         self.eos_ids = torch.tensor(sorted(set(eos_ids)))
@@ -84,12 +86,17 @@ class HFBackend:
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def sync(self, model) -> None:
-        """Nothing to do when this backend samples from the trained model itself; otherwise (the
-        trained model is FSDP-sharded) copy its gathered full weights into the sampling copy."""
+        """Nothing to do when this backend samples from the trained model itself; otherwise copy its
+        weights into the sampling copy: an FSDP-sharded model's gathered full weights, or a LoRA
+        model's with the adapter merged in when the copy is a plain model (one matmul per layer
+        while sampling, not three: algos/policy.py)."""
         self.kept = {}  # computed with the old weights
         if model is self.model or getattr(model, "module", None) is self.model:
             return
-        self.model.load_state_dict(full_state_dict(model))
+        weights = full_state_dict(model)
+        if not hasattr(self.model, "peft_config"):
+            weights = merged_state_dict(weights, getattr(model, "module", model))  # plain models pass through
+        self.model.load_state_dict(weights)
 
     def release(self) -> None:
         """Before an update: the kept prefixes' KV caches go (the weights are about to change in place)."""
@@ -213,18 +220,48 @@ class HFBackend:
         """The prompts' forward pass: (next-token logits [B, V], KV cache, attention mask [B, T], last
         positions [B, 1]). Equal prompts (a group's first step; rollouts that reach the same state with
         the same memory) run once and their cache rows are copied, and only the last position goes
-        through the LM head."""
+        through the LM head. With `share_opening`, the opening the distinct prompts share runs once
+        as one row, whose cache is copied to each before the rest of each prompt runs on it (the
+        layout algos/logprobs.py trains on: opening, then each rest left-padded)."""
         unique: dict[tuple[int, ...], int] = {}
         rows = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
-        input_ids, mask, positions = left_pad([list(p) for p in unique], self.pad_id, self.device)
-        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                         logits_to_keep=1)  # fmt: skip
+        opening = shared_opening(list(unique)) if self.share_opening and len(unique) >= 2 else 0
+        cache = self._opening_cache(next(iter(unique))[:opening], len(unique)) if opening else None
+        if cache is None:
+            opening = 0
+        input_ids, mask, positions = left_pad([list(p[opening:]) for p in unique], self.pad_id, self.device)
+        if opening:
+            mask = torch.cat([torch.ones((len(unique), opening), dtype=mask.dtype, device=self.device), mask], 1)
+            positions = positions + opening
+        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         use_cache=True, logits_to_keep=1)  # fmt: skip
         cache, logits = out.past_key_values, out.logits[:, -1, : self.vocab].float()
         if len(unique) < len(prompts):
             index = torch.tensor(rows, device=self.device)
             cache.reorder_cache(index)  # rows of the unique prompts -> rows of the batch
             logits, mask, positions = logits[index], mask[index], positions[index]
         return logits, cache, mask, positions[:, -1:]
+
+    def _opening_cache(self, opening: tuple[int, ...], rows: int):
+        """The KV cache of `opening` run once, copied to `rows` rows; None for caches that are not
+        plain per-layer K, V (sliding-window or hybrid layers), whose prompts then run whole."""
+        ids = torch.tensor([opening], device=self.device)
+        cache = self.model(input_ids=ids, position_ids=torch.arange(len(opening), device=self.device)[None],
+                           use_cache=True, logits_to_keep=1).past_key_values  # fmt: skip
+        if not all(type(layer).__name__ == "DynamicLayer" for layer in cache.layers):
+            return None
+        cache.reorder_cache(torch.zeros(rows, dtype=torch.long, device=self.device))  # [1, ...] -> [rows, ...]
+        return cache
+
+
+def shared_opening(prompts: list[tuple[int, ...]]) -> int:
+    """How many opening tokens all `prompts` share, leaving each at least one of its own (so that every
+    row of the pass after the opening has a token to run)."""
+    shared = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for p in prompts[1:]:
+        shared = next((i for i in range(shared) if p[i] != first[i]), shared)
+    return max(shared, 0)
 
 
 def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

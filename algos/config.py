@@ -124,7 +124,8 @@ class LearnerConfig:
     share_prompts: bool = True
     """Samples of a micro-batch with equal prompts (a group's first step, equal states) run their
     prompt through the model once, and the opening its distinct prompts share (system prompt, task)
-    runs once too; the same logprobs and gradients for less work (one process, no gradient checkpointing)."""
+    runs once too; the same logprobs and gradients for less work (one process, no gradient checkpointing).
+    The HF backend's prefill shares the opening of a generation batch's distinct prompts the same way."""
 
     def check(self) -> None:
         for name, allowed in (("loss_type", LOSS_TYPES), ("kl_estimator", KL_ESTIMATORS),

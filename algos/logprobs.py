@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agents.backend import shared_opening
 from algos import lm_head
 
 
@@ -161,16 +162,6 @@ def collate(samples: list[Sample], pad_id: int, device, share_prompts: bool = Fa
         width = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
         batch["ids"], batch["attn"] = _left_pad([s.prompt_ids + s.response_ids for s in samples], width, pad_id)
     return {k: v.to(device) for k, v in batch.items()}
-
-
-def shared_opening(prompts: list[tuple[int, ...]]) -> int:
-    """How many opening tokens all `prompts` share, leaving each at least one of its own (so that every
-    row of the pass after the opening has a token to run)."""
-    shared = min(len(p) for p in prompts) - 1
-    first = prompts[0]
-    for p in prompts[1:]:
-        shared = next((i for i in range(shared) if p[i] != first[i]), shared)
-    return max(shared, 0)
 
 
 def batch_order(samples: list[Sample], share_prompts: bool = False) -> list[Sample]:

@@ -54,6 +54,10 @@ def build_policy(cfg: Config, world: distributed.World = distributed.SINGLE, dev
             note_once(note)
     model = load_model(path, device, getattr(torch, cfg.dtype), cfg.trust_remote_code,
                        adapter="train" if scale.lora_rank else "merge")  # fmt: skip
+    plain = None  # LoRA on the HF backend samples from a plain copy with the adapter merged in (backend.sync)
+    if scale.lora_rank and cfg.engine.backend == "hf" and not world.enabled:
+        plain = copy.deepcopy(model)  # before the adapter is added; a loaded adapter is merged into the copy
+        plain = plain.merge_and_unload() if hasattr(plain, "peft_config") else plain
     if scale.lora_rank and not hasattr(model, "peft_config"):
         try:
             model = add_lora(model, scale.lora_rank, scale.lora_alpha, scale.lora_dropout, scale.lora_target_modules)
@@ -61,7 +65,9 @@ def build_policy(cfg: Config, world: distributed.World = distributed.SINGLE, dev
             raise ConfigError(f"--lora-target-modules {scale.lora_target_modules}: {str(e).splitlines()[0]}") from e
     if scale.gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    sampler_model = copy.deepcopy(model) if world.enabled and scale.parallel == "fsdp" else model
+    sampler_model = model if plain is None else plain
+    if world.enabled and scale.parallel == "fsdp":
+        sampler_model = copy.deepcopy(model)
     policy = distributed.wrap(model, scale.parallel, world)
     eos = stop_ids(tokenizer, model)
     vocab = len(tokenizer)  # the head's rows beyond it (Qwen2.5: 271 of 151,936) are padding: never sampled
@@ -86,7 +92,8 @@ def build_policy(cfg: Config, world: distributed.World = distributed.SINGLE, dev
     else:
         backend = HFBackend(sampler_model, eos, tokenizer.pad_token_id, sampling.generation_batch_size,
                             cfg.seed + world.rank, cfg.learner.autocast, vocab,
-                            reuse_prefixes=sampling.context == "chat")  # fmt: skip
+                            reuse_prefixes=sampling.context == "chat",
+                            share_opening=cfg.learner.share_prompts)  # fmt: skip
     template = prompt_template(cfg.env) if sampling.prompt_template == "auto" else sampling.prompt_template
     try:
         action_format = ActionFormat.for_env(sampling.action_format, env_metadata(cfg.env))

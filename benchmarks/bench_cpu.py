@@ -18,6 +18,12 @@ learner  One forward + backward of --batch x --tokens tokens through the learner
 decode   One cached decode forward (the HF backend's `decode`, after a --prompt-tokens prefill) at
          batch 16 and 64, per precision, and the same through vLLM's CPU build when it is installed
          (a 16-token greedy generate at each batch size, per token).
+generate The HF backend's `generate` over real window prompts (the first --generate-prompts recorded in
+         --transcripts, a run's transcripts.jsonl), in generation batches of 8, up to 16 new tokens, the
+         same seed for every arm: whole prompts through the model (`share_opening=False`), the shared
+         opening run once (the default), and a LoRA model of rank 16 sampled through its adapter, against
+         the plain copy the trainer samples from instead (its weights refreshed with the adapter merged
+         in at each sync, `sync_s`). The arms alternate, --repeats times each; not in the default parts.
 iteration The trainer itself: `python -m algos.train --model M` (its named preset) for --iterations RL
          iterations, once with bf16 autocast and once in float32 (`--autocast off`, what a laptop without
          bf16 units runs), each in its own process (its peak RSS its own), no held-out evaluation.
@@ -46,7 +52,7 @@ from pathlib import Path
 
 from algos.presets import model_preset
 
-PARTS = ("matmul", "learner", "decode", "iteration")
+PARTS = ("matmul", "learner", "decode", "generate", "iteration")
 DEFAULT_PARTS = ("matmul", "learner", "decode")
 ITERATION_PRECISIONS = {"bf16": ["--autocast", "bf16"], "float32": ["--autocast", "off"]}
 # --iteration-presets: SmolLM2's preset today, and as it stood on 2026-12-06 (kept to measure changes against it), each
@@ -217,6 +223,45 @@ def vllm_decode(path: str, batches: list[int], prompt_tokens: int, dtype: str) -
     return rows
 
 
+def generate_part(path: str, transcripts: Path, count: int, repeats: int) -> dict:
+    """Seconds per `generate` call over the same recorded prompts, per arm (median of `repeats`, alternated)."""
+    import copy
+
+    import torch
+
+    from agents.backend import HFBackend
+    from agents.generation import Sampling
+    from agents.model import add_lora, load_model, load_tokenizer
+
+    model, tokenizer = load_model(path, "cpu", torch.float32), load_tokenizer(path)
+    texts = [step["prompt"] for line in transcripts.read_text().splitlines() for step in json.loads(line)["steps"]]
+    prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts[:count]]
+    lora = add_lora(copy.deepcopy(model), 16, 32.0, 0.0, "all-linear")
+    sampling, eos, pad = Sampling(temperature=1.0, max_new_tokens=16), [tokenizer.eos_token_id], tokenizer.pad_token_id
+    arms = {"whole prompts": (model, False), "shared opening": (model, True), "LoRA adapter": (lora, True),
+            "LoRA merged copy": (model, True)}  # fmt: skip
+    times: dict[str, list[float]] = {arm: [] for arm in arms}
+    tokens: dict[str, int] = {}
+    sync = []
+    for _ in range(repeats):
+        for arm, (sampler, share) in arms.items():
+            backend = HFBackend(sampler, eos, pad, batch_size=8, seed=0, share_opening=share)
+            if arm == "LoRA merged copy":
+                backend.model = copy.deepcopy(model)  # the trainer's plain sampling copy (algos/policy.py)
+                start = time.perf_counter()
+                backend.sync(lora)
+                sync.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            ids, _ = backend.generate(prompts, sampling)
+            times[arm].append(time.perf_counter() - start)
+            tokens[arm] = sum(map(len, ids))
+    base = statistics.median(times["shared opening"])
+    rows = [{"arm": arm, "s": statistics.median(t), "vs_shared": statistics.median(t) / base, "new_tokens": tokens[arm]}
+            for arm, t in times.items()]  # fmt: skip
+    return {"prompts": len(prompts), "prompt_tokens": sum(map(len, prompts)) / max(len(prompts), 1),
+            "sync_s": statistics.median(sync), "rows": rows}  # fmt: skip
+
+
 def iteration_part(model: str, iterations: int, precisions: list[str], out: Path, extra: list[str],
                    presets: list[str] | None = None) -> dict:  # fmt: skip
     """The trainer's own iterations per preset and precision, each run in a fresh process (benchmarks.bench_vocab
@@ -292,6 +337,13 @@ def print_tables(result: dict) -> None:
               "| backend | precision | batch | ms/step |\n|---|---|---|---|")
         for row in result["decode"]["rows"]:
             print(f"| {row['backend']} | {row['precision']} | {row['batch']} | {row['ms_per_step']:.0f} |")
+    if "generate" in result:
+        g = result["generate"]
+        print(f"\ngenerate over {g['prompts']} recorded prompts of {g['prompt_tokens']:.0f} tokens (batches of 8, "
+              f"16 new tokens at most); a sync into the plain copy takes {g['sync_s']:.3f} s\n| arm | s | "
+              "vs shared opening | new tokens |\n|---|---|---|---|")  # fmt: skip
+        for row in g["rows"]:
+            print(f"| {row['arm']} | {row['s']:.2f} | {row['vs_shared']:.2f} | {row['new_tokens']} |")
     if "iteration" in result:
         r = result["iteration"]
         print(f"\ntrainer iterations of {r['model']} (bf16 units on this CPU: {result['cpu_has_bf16']}), seconds per "
@@ -329,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iteration-presets", nargs="+", choices=tuple(ITERATION_PRESETS), default=None,
                    help="iteration: presets to compare, each at every precision (default: the model's own)")
     p.add_argument("--iteration-args", default="", help='iteration: more trainer flags, e.g. "--sft-steps 10"')
+    p.add_argument("--transcripts", type=Path, default=None, help="generate: a run's transcripts.jsonl")
+    p.add_argument("--generate-prompts", type=int, default=32, help="generate: how many recorded prompts")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("runs/bench_cpu"))
     args = p.parse_args(argv)
@@ -349,6 +403,12 @@ def main(argv: list[str] | None = None) -> int:
         result["decode"] = {"prompt_tokens": args.prompt_tokens,
                             "rows": decode_part(path, args.decode_batches, args.prompt_tokens, args.repeats,
                                                 args.decode_backends, args.vllm_dtype)}
+    if "generate" in args.parts:
+        if args.transcripts is None or not args.transcripts.is_file():
+            print(f"error: --parts generate needs --transcripts, a run's transcripts.jsonl (got {args.transcripts})",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        result["generate"] = generate_part(path, args.transcripts, args.generate_prompts, args.repeats)
     if "iteration" in args.parts:
         result["iteration"] = iteration_part(args.model, args.iterations, args.iteration_precisions, args.out,
                                              shlex.split(args.iteration_args), args.iteration_presets)  # fmt: skip

@@ -24,6 +24,23 @@ def test_bench_cpu_every_part_on_the_tiny_model(tmp_path, tiny_path, capsys):
     assert "x pure matmul" in capsys.readouterr().out
 
 
+def test_the_generate_part_times_every_arm_on_the_same_recorded_prompts(tmp_path, tiny_path, capsys):
+    opening = "<|im_start|>system\nTask: open the door.<|im_end|>\n<|im_start|>user\nNow: "
+    steps = [{"prompt": opening + text} for text in ("You are in the hall.", "You see a key.", "Exits: north.")]
+    (tmp_path / "transcripts.jsonl").write_text(json.dumps({"steps": steps}) + "\n")
+    flags = ["--parts", "generate", "--model", "tiny", "--repeats", "1", "--out", str(tmp_path)]
+    assert bench_cpu.main([*flags, "--transcripts", str(tmp_path / "transcripts.jsonl")]) == 0
+    g = json.loads((tmp_path / "summary.json").read_text())["generate"]
+    assert g["prompts"] == 3 and g["sync_s"] > 0
+    arms = {r["arm"]: r for r in g["rows"]}
+    assert list(arms) == ["whole prompts", "shared opening", "LoRA adapter", "LoRA merged copy"]
+    assert arms["shared opening"]["vs_shared"] == 1.0 and all(r["s"] > 0 for r in g["rows"])
+    assert len({r["new_tokens"] for r in g["rows"]}) == 1  # one seed, one model function: the same samples
+    assert "vs shared opening" in capsys.readouterr().out
+    assert bench_cpu.main(flags) == 2  # no transcripts: one line, not a traceback
+    assert capsys.readouterr().err.count("\n") == 1
+
+
 @pytest.mark.slow
 def test_the_iteration_part_on_the_tiny_model_splits_every_env_steps_seconds(tmp_path, tiny_path, capsys):
     """Two precisions x two trainer iterations, each precision a real `algos.train` process: the parts of an

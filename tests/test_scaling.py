@@ -32,10 +32,20 @@ TINY_RUN = ["--num-groups", "2", "--group-size", "2", "--sft-steps", "3", "--sft
 
 
 @pytest.mark.slow
-def test_lora_two_iterations_save_reload_and_base_untouched(tmp_path, tiny_path):
+def test_lora_two_iterations_save_reload_and_base_untouched(tmp_path, tiny_path, monkeypatch):
+    from agents.backend import HFBackend
+
+    synced, sync = [], HFBackend.sync  # LoRA samples from a plain copy, refreshed with the adapter merged in
+
+    def recorded(self, model):
+        synced.append(not hasattr(self.model, "peft_config") and model is not self.model)
+        sync(self, model)
+
+    monkeypatch.setattr(HFBackend, "sync", recorded)
     out = tmp_path / "lora"
     flags = ["--lora-rank", "4", "--lora-alpha", "16", "--beta", "0.05", "--lora-save-merged", "--lr", "3e-3"]
     assert main(["--iterations", "2", "--output-dir", str(out), *TINY_RUN, *flags]) == 0
+    assert len(synced) >= 3 and all(synced)  # after the warm-up and after each update
     ckpt = out / "checkpoints" / "iter_2"
     assert (ckpt / "adapter_config.json").is_file() and not (ckpt / "config.json").exists()  # the adapter only
     assert (ckpt / "adapter_model.safetensors").stat().st_size < 1_000_000  # not a full model in disguise
