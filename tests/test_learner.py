@@ -6,9 +6,10 @@ from dataclasses import replace
 import pytest
 import torch
 
+from agents.backend import shared_opening
 from algos.config import LearnerConfig
 from algos.learner import Learner, aggregate, ppo_token_loss, rollout_is_weights
-from algos.logprobs import Sample, collate, response_logprobs, shared_opening
+from algos.logprobs import Sample, collate, response_logprobs
 
 
 def test_ratio_one_reduces_to_the_policy_gradient():
