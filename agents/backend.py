@@ -163,7 +163,7 @@ class HFBackend:
     def _keep(self, prompts, responses, cache, mask: torch.Tensor, width: int, kept: dict) -> None:
         """Each row's KV cache over its prompt and the reply tokens that went through the model (all but
         the last sampled one, or all of them when the row finished before the others), without padding."""
-        if not all(type(layer).__name__ == "DynamicLayer" for layer in cache.layers):
+        if not plain_layers(cache):
             self.reuse_prefixes = False  # sliding-window or hybrid caches: not reused
             return
         decoded = mask.shape[1] - width  # decode steps run: the tokens fed after the prompts
@@ -244,14 +244,21 @@ class HFBackend:
 
     def _opening_cache(self, opening: tuple[int, ...], rows: int):
         """The KV cache of `opening` run once, copied to `rows` rows; None for caches that are not
-        plain per-layer K, V (sliding-window or hybrid layers), whose prompts then run whole."""
+        plain per-layer K, V (sliding-window or hybrid layers), whose prompts then run whole, and
+        sharing stops."""
         ids = torch.tensor([opening], device=self.device)
         cache = self.model(input_ids=ids, position_ids=torch.arange(len(opening), device=self.device)[None],
                            use_cache=True, logits_to_keep=1).past_key_values  # fmt: skip
-        if not all(type(layer).__name__ == "DynamicLayer" for layer in cache.layers):
+        if not plain_layers(cache):
+            self.share_opening = False  # not again: every later opening pass would be thrown away too
             return None
         cache.reorder_cache(torch.zeros(rows, dtype=torch.long, device=self.device))  # [1, ...] -> [rows, ...]
         return cache
+
+
+def plain_layers(cache) -> bool:
+    """Whether every layer of a KV cache holds plain per-layer K, V (not sliding-window or hybrid)."""
+    return all(type(layer).__name__ == "DynamicLayer" for layer in cache.layers)
 
 
 def shared_opening(prompts: list[tuple[int, ...]]) -> int:
