@@ -111,6 +111,13 @@ class HeldOut:
 
     metrics: dict[str, float]
     outcomes: dict[int, list[bool]]
+    episodes: tuple[tuple[int, bool, int], ...] = ()
+    """Every episode in play order: (task seed, won, env steps); a run writes them to held_out.jsonl."""
+
+    def record(self) -> dict[str, list]:
+        """The episodes as columns (task, won, steps): one compact JSON row per evaluation."""
+        return {"task": [e[0] for e in self.episodes], "won": [e[1] for e in self.episodes],
+                "steps": [e[2] for e in self.episodes]}  # fmt: skip
 
     @property
     def success_rate(self) -> float:
@@ -125,8 +132,9 @@ def evaluate(agent: LLMAgent, cfg: Config, episodes: int, world=distributed.SING
                  workers=cfg.workers) if seeds else []  # fmt: skip
     every = [t for part in distributed.gather(trajs, world) for t in part]
     m = summarize(every)
+    episodes = tuple((t.seed, bool(t.won), len(t.steps)) for t in sorted(every, key=lambda t: t.traj_id))
     return HeldOut({"eval/success_rate": m["success_rate"], "eval/episode_length": m["mean_steps"],
-                    "eval/invalid_action_rate": m["invalid_action_rate"]}, outcomes(every))  # fmt: skip
+                    "eval/invalid_action_rate": m["invalid_action_rate"]}, outcomes(every), episodes)  # fmt: skip
 
 
 # ---- intervals: what changed between two policies on the same tasks ---------------------------

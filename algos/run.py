@@ -440,6 +440,7 @@ class Run:
         """The held-out episodes (the same seeds every time), logged at iteration `it`."""
         result = evaluate(self.agent, self.cfg, self.cfg.log.eval_episodes, self.world)
         self.dir.log(it, result.metrics)
+        self.dir.log_held_out(it, result.record())
         return result
 
     def save(self, it: int) -> Path:

@@ -6,6 +6,8 @@ DIR/metrics.jsonl            JSON rows of iteration + scalar tags: each iteratio
 DIR/events.out.tfevents.*    TensorBoard scalars (same tags) and transcripts as text (--report-to tensorboard)
 DIR/wandb_run.json           the W&B run's id, which --resume continues (--report-to wandb, algos/reporters.py)
 DIR/transcripts.jsonl        sampled full episodes
+DIR/held_out.jsonl           every held-out evaluation's episodes: a row of iteration + columns task, won, steps
+                             (what a paired comparison between two evaluations or two runs needs)
 DIR/checkpoints/iter_N/      Hugging Face format (safetensors) + trainer_state.pt
 DIR/reward_audit.json        every scorer audit of the run; DIR/memory.json: peak memory per rank
 """
@@ -57,6 +59,22 @@ def read_metrics(run: str | Path) -> list[dict]:
             raise ValueError(f"{path}, line {n}: not a metrics row {{\"iteration\": N, ...}}")
         rows.append(row)
     return rows
+
+
+def read_held_out(run: str | Path) -> dict[int, dict[str, list]]:
+    """A run's held_out.jsonl: iteration -> its evaluation's columns (task, won, steps); the last row of an
+    iteration wins (a resumed run's). Empty if the run wrote none."""
+    path = Path(run) / "held_out.jsonl"
+    if not path.is_file():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # the cut last line of a killed run (a row is written whole, in one call)
+        out[row.pop("iteration")] = row
+    return out
 
 
 def _fsync(path: Path) -> None:
@@ -153,6 +171,14 @@ class RunDir:
         record = {"iteration": iteration, **{k: v if math.isfinite(v) else None for k, v in clean.items()}}
         self._metrics.write(json.dumps(record) + "\n")
         self._metrics.flush()
+
+    def log_held_out(self, iteration: int, record: dict[str, list]) -> None:
+        """One evaluation's episodes (HeldOut.record); a resumed run that evaluates an iteration again adds
+        a row, and readers take the last row per iteration (`read_held_out`)."""
+        if not self.write:
+            return
+        with open(self.path / "held_out.jsonl", "a") as f:
+            f.write(json.dumps({"iteration": iteration, **record}) + "\n")
 
     def log_histogram(self, iteration: int, tag: str, values) -> None:
         """TensorBoard only (metrics.jsonl holds scalars)."""

@@ -29,7 +29,7 @@ success is measured every `eval_every` iterations on the same held-out episodes;
 evaluation at iteration 0 is the warm-up's score, the one after the budget the final score.
 
 Runs are `python -m algos.train` subprocesses, `--jobs` at a time, each with
-OMP_NUM_THREADS=1 (one core each); their output goes to a .log beside the run. They live
+OMP_NUM_THREADS=--threads (1: one core each); their output goes to a .log beside the run. They live
 in <out>/<preset>/s<seed>/<algo> (the warm-up in <out>/<preset>/s<seed>/warm). The same
 command resumes a benchmark: a run whose metrics.jsonl holds its final evaluation is not
 run again, and a cut run continues from its newest checkpoint (`algos.train --resume`;
@@ -109,13 +109,13 @@ class Job:
     before: Callable[[], None] | None = None  # clears what an interrupted attempt left
 
 
-def run_jobs(jobs: list[Job], workers: int, done: set[str]) -> set[str]:
-    """Run the jobs, `workers` at a time, in list order as their `after` jobs finish (or are in
-    `done`); a failed job's dependents are skipped. Returns the names that failed or were skipped.
-    Ctrl-C stops the running jobs (they start over on the next call) and starts no others."""
+def run_jobs(jobs: list[Job], workers: int, done: set[str], threads: int = 1) -> set[str]:
+    """Run the jobs, `workers` at a time with `threads` OMP threads each, in list order as their `after`
+    jobs finish (or are in `done`); a failed job's dependents are skipped. Returns the names that failed
+    or were skipped. Ctrl-C stops the running jobs (they start over on the next call) and starts no others."""
     pending, failed, running = list(jobs), set(), {}
     cond, stop = threading.Condition(), threading.Event()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
 
     def take() -> Job | None:  # called with cond held
         while pending and not stop.is_set():
@@ -154,11 +154,11 @@ def run_jobs(jobs: list[Job], workers: int, done: set[str]) -> set[str]:
                 (done if rc == 0 else failed).add(job.name)
                 cond.notify_all()
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, workers))]
-    for t in threads:
+    pool = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, workers))]
+    for t in pool:
         t.start()
     try:
-        for t in threads:
+        for t in pool:
             t.join()
     except KeyboardInterrupt:
         stop.set()
@@ -279,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS),
                    help="run only these of each preset's algorithms (the summary holds whatever finished)")  # fmt: skip
-    p.add_argument("--jobs", type=int, default=2, help="training processes at once (one core each)")
+    p.add_argument("--jobs", type=int, default=2, help="training processes at once")
+    p.add_argument("--threads", type=int, default=1, help="OMP threads per process (jobs x threads <= cores)")
     p.add_argument("--out", type=Path, default=Path("runs/bench_learning"))
     p.add_argument("--budget-scale", type=float, default=1.0, help="multiplies every preset's env-step budget")
     p.add_argument("--eval-every", type=int, help="override the presets' evaluation cadence (iterations)")
@@ -291,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.budget_scale <= 0:
         p.error("--budget-scale must be > 0")
+    if args.jobs < 1 or args.threads < 1:
+        p.error("--jobs and --threads must be >= 1")
     presets = {key: scaled(PRESETS[key], args) for key in with_sources(args.envs)}
 
     if args.warm_up_only:  # what each warm-up job runs
@@ -317,9 +320,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(jobs)} jobs not done; the summary holds the finished runs only", file=sys.stderr)
     elif jobs:
         prepare(presets)
-        print(f"{len(jobs)} jobs, {args.jobs} at a time; {len(done)} warm-ups already there", file=sys.stderr)
+        print(f"{len(jobs)} jobs, {args.jobs} at a time with {args.threads} threads each; {len(done)} warm-ups "
+              "already there", file=sys.stderr)
         try:
-            failed = run_jobs(jobs, args.jobs, done)
+            failed = run_jobs(jobs, args.jobs, done, args.threads)
         except KeyboardInterrupt:
             print("interrupted: the running jobs were stopped; the same command resumes", file=sys.stderr)
             return 130

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from algos.evaluation import interval95, mean_std
+from algos.evaluation import Lift, interval95, mean_std, paired_lift
 
 if TYPE_CHECKING:
     from benchmarks.learning_presets import Preset
@@ -68,6 +68,23 @@ def is_finished(rows: Sequence[dict], budget: int, iterations: int = 0) -> bool:
     return any(r.get("eval/success_rate") is not None for r in rows[last + 1 :])
 
 
+def run_lift(run: Path) -> Lift | None:
+    """A run's final held-out evaluation against its first (the warm-up's), task by task, from its
+    held_out.jsonl (runs before it existed, or with one evaluation: None)."""
+    from algos.run_dir import read_held_out
+
+    held = read_held_out(run)
+    if len(held) < 2:
+        return None
+    sides = []
+    for h in (held[min(held)], held[max(held)]):
+        tasks: dict[int, list[bool]] = {}
+        for task, won in zip(h["task"], h["won"]):
+            tasks.setdefault(task, []).append(bool(won))
+        sides.append(tasks)
+    return paired_lift(*sides)
+
+
 def read_rows(run: Path) -> list[dict]:
     from algos.run_dir import read_metrics
 
@@ -86,10 +103,12 @@ def summarize(out: Path, presets: dict[str, Preset], seeds: list[int], compariso
     for key, p in presets.items():
         algos = {}
         for algo in p.algos:
-            curves, invalid, held_invalid = {}, {}, {}
+            curves, invalid, held_invalid, paired = {}, {}, {}, {}
             for seed in seeds:
                 rows = read_rows(out / key / f"s{seed}" / algo)
                 if is_finished(rows, p.budget, p.iterations):
+                    if lift := run_lift(out / key / f"s{seed}" / algo):
+                        paired[seed] = [lift.points, lift.low, lift.high, lift.tasks]
                     curves[seed] = list(zip(*series(rows, "eval/success_rate", "data/env_steps_total")))
                     rate = series(rows, "rollout/invalid_action_rate", "iteration")[1]
                     invalid[seed] = [rate[0], rate[-1]]  # the first and the last iteration's rollouts
@@ -97,6 +116,7 @@ def summarize(out: Path, presets: dict[str, Preset], seeds: list[int], compariso
                     if len(held) == len(curves[seed]):  # logged at every evaluation (runs since it exists)
                         held_invalid[seed] = [held[0], held[-1]]  # after the warm-up, and the final one
             warm, final = {s: c[0][1] for s, c in curves.items()}, {s: c[-1][1] for s, c in curves.items()}
+            lift = paired_differences(final, warm)
             xs, mean, std = band(list(curves.values()))
             algos[algo] = {
                 "seeds": list(curves),
@@ -104,6 +124,10 @@ def summarize(out: Path, presets: dict[str, Preset], seeds: list[int], compariso
                 "warm_up_mean_std": _finite(mean_std(list(warm.values()))),
                 "final": final,
                 "final_mean_std": _finite(mean_std(list(final.values()))),
+                "lift": lift,
+                "lift_mean_std": _finite(mean_std(list(lift.values()))),
+                "lift_interval95": _finite(interval95(list(lift.values()))),
+                "lift_paired": paired,
                 "invalid_first_last": invalid,
                 "invalid_first_last_mean": _pair_mean(invalid),
                 "held_out_invalid": held_invalid,
@@ -162,6 +186,22 @@ def _mean_std(ms: Sequence[float | None], scale: float = 100, sign: str = "") ->
     return f"{scale * mean:{sign}.1f}" + ("" if std is None else f" ± {scale * std:.1f}")
 
 
+def _interval(bounds: Sequence[float | None]) -> str:
+    lo, hi = bounds
+    return "-" if lo is None else f"[{lo:+.1f}, {hi:+.1f}]"
+
+
+def _per_seed(points: dict, paired: dict) -> str:
+    """Each seed's points, with its paired interval over the held-out tasks where the run recorded them."""
+    def one(seed) -> str:
+        if seed not in paired:
+            return f"s{seed}: {points[seed]:+.1f}"
+        _, low, high, tasks = paired[seed]
+        return f"s{seed}: {points[seed]:+.1f} [{low:+.1f}, {high:+.1f}] ({tasks})"
+
+    return ", ".join(one(seed) for seed in points)
+
+
 def _steps(x: float | None) -> str:
     return "never" if x is None else "0" if x == 0 else f"{x / 1000:.1f}k"
 
@@ -179,12 +219,19 @@ def table(summary: dict) -> str:
             invalid, held = _percent_pair(a.get("invalid_first_last_mean")), _percent_pair(a.get("held_out_invalid_mean"))
             lines.append(f"| {key} | {s['env']} | {algo} | {len(a['seeds'])} | {_mean_std(a['warm_up_mean_std'])} "
                          f"| {_mean_std(a['final_mean_std'])} | {' | '.join(reach)} | {invalid} | {held} |")  # fmt: skip
+    lines += ["", "| final − warm-up (points) | seeds | mean ± std | 95 % interval over seeds "
+              "| per seed (paired 95 % interval over its tasks) |", "|---|---|---|---|---|"]  # fmt: skip
+    for key, s in presets.items():
+        for algo, a in s["algos"].items():
+            if a["lift"]:
+                seeds = _per_seed(a["lift"], a["lift_paired"])
+                lines.append(f"| {key}/{algo} | {len(a['lift'])} | {_mean_std(a['lift_mean_std'], 1, '+')} "
+                             f"| {_interval(a['lift_interval95'])} | {seeds} |")  # fmt: skip
     lines += ["", "| a − b, final (points) | mean ± std | 95 % interval | per seed |", "|---|---|---|---|"]
     for c in summary["comparisons"]:
         per_seed = ", ".join(f"s{seed}: {v:+.1f}" for seed, v in c["seeds"].items()) or "-"
-        lo, hi = c["interval95"]
-        interval = "-" if lo is None else f"[{lo:+.1f}, {hi:+.1f}]"
-        lines.append(f"| {c['a']} − {c['b']} | {_mean_std(c['mean_std'], 1, '+')} | {interval} | {per_seed} |")
+        lines.append(f"| {c['a']} − {c['b']} | {_mean_std(c['mean_std'], 1, '+')} | {_interval(c['interval95'])} "
+                     f"| {per_seed} |")  # fmt: skip
     budgets = "; ".join(f"{key}: {s['preset']['budget']} env steps, held-out success on "
                         f"{s['preset']['eval_episodes']} episodes every {s['preset']['eval_every']} iterations"
                         for key, s in presets.items())  # fmt: skip

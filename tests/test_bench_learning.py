@@ -348,3 +348,32 @@ def test_algos_restricts_the_runs_started(tmp_path: Path):
     preset = Preset("KeyDoor-v0", "configs/default.yaml", (), budget=3000, eval_every=2, eval_episodes=64)
     jobs, _ = plan(tmp_path, {"keydoor": preset}, [0, 1], algos=["gigpo"])
     assert [j.name for j in jobs] == ["keydoor/s0/warm", "keydoor/s0/gigpo", "keydoor/s1/warm", "keydoor/s1/gigpo"]
+
+
+def test_lift_over_the_warm_up_per_seed_over_seeds_and_paired_over_tasks(tmp_path: Path):
+    """final - warm-up per seed (points) from the metrics, their mean and t interval over seeds, and where a run
+    wrote held_out.jsonl its paired interval over the tasks (the first evaluation against the last)."""
+    from algos.evaluation import newcombe_paired
+
+    preset = Preset("KeyDoor-Easy-v0", "configs/smollm2-135m.yaml", (), budget=10**6, eval_every=3, eval_episodes=4,
+                    iterations=3, algos=("gigpo",))  # fmt: skip
+    for seed, (warm, final) in enumerate([(0.25, 0.75), (0.5, 0.25)]):
+        run = tmp_path / "smollm2" / f"s{seed}" / "gigpo"
+        run.mkdir(parents=True)
+        rows = _rows({0: warm, 3: final}, 40, 3, final=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tasks = [7, 8, 9, 10]
+    held = [{"iteration": 0, "task": tasks, "won": [True, False, False, False], "steps": [5, 20, 20, 20]},
+            {"iteration": 3, "task": tasks, "won": [True, True, True, False], "steps": [4, 6, 9, 20]}]  # fmt: skip
+    (tmp_path / "smollm2/s0/gigpo/held_out.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held))
+
+    summary = summarize(tmp_path, {"smollm2": preset}, [0, 1])
+    gigpo = json.loads(json.dumps(summary))["presets"]["smollm2"]["algos"]["gigpo"]
+    assert gigpo["lift"] == pytest.approx({"0": 50.0, "1": -25.0})
+    assert gigpo["lift_mean_std"] == pytest.approx([12.5, math.sqrt(2 * 37.5**2)])
+    assert gigpo["lift_interval95"] == pytest.approx([12.5 - 12.706 * 37.5, 12.5 + 12.706 * 37.5])
+    _, low, high = newcombe_paired([True, False, False, False], [True, True, True, False])
+    assert gigpo["lift_paired"] == {"0": pytest.approx([50.0, 100 * low, 100 * high, 4])}  # s1 wrote no episodes
+    row = next(line for line in table(summary).splitlines() if line.startswith("| smollm2/gigpo |"))
+    assert row == (f"| smollm2/gigpo | 2 | +12.5 ± 53.0 | [-464.0, +489.0] "
+                   f"| s0: +50.0 [{100 * low:+.1f}, {100 * high:+.1f}] (4), s1: -25.0 |")  # fmt: skip

@@ -134,3 +134,22 @@ def test_the_loop_keeps_the_baseline_before_rl_through_a_checkpoint():
     assert again.start == loop.start
     assert again.lift(later) == loop.lift(later) and loop.lift(later).points == 50.0
     assert LoopState().lift(later) is None  # no evaluation before RL (--eval-episodes 0 then, or an old checkpoint)
+
+
+def test_held_out_records_are_columns_per_evaluation_and_the_last_row_of_an_iteration_wins(tmp_path):
+    """HeldOut.record: the episodes in play order as columns; read_held_out: one entry per iteration, the
+    row a resumed run wrote again replaces the first, and a line cut by a kill is skipped."""
+    from algos.evaluation import HeldOut
+    from algos.run_dir import RunDir, read_held_out
+
+    first = HeldOut({"eval/success_rate": 0.5}, {5: [True], 6: [False]}, ((5, True, 3), (6, False, 9)))
+    assert first.record() == {"task": [5, 6], "won": [True, False], "steps": [3, 9]}
+    run = RunDir(tmp_path, {"report_to": "none"})
+    run.log_held_out(0, first.record())
+    run.log_held_out(4, {"task": [5, 6], "won": [False, False], "steps": [9, 9]})
+    run.log_held_out(4, {"task": [5, 6], "won": [True, True], "steps": [2, 2]})  # evaluated again after a resume
+    run.close()
+    with open(tmp_path / "held_out.jsonl", "a") as f:
+        f.write('{"iteration": 8, "task": [5')  # a kill mid-write
+    assert read_held_out(tmp_path) == {0: first.record(), 4: {"task": [5, 6], "won": [True, True], "steps": [2, 2]}}
+    assert read_held_out(tmp_path / "none") == {}

@@ -9,6 +9,7 @@ import yaml
 from cold_start import COLD_UPDATES
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from algos.run_dir import read_held_out
 from algos.train import main
 from envs import TextEnv
 
@@ -206,3 +207,9 @@ def test_a_named_env_says_which_preset_it_brings_and_the_run_ends_with_rls_lift(
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     lift = next(r for r in rows if "eval/rl_lift" in r)
     assert lift["iteration"] == 1 and lift["eval/rl_lift_low"] <= lift["eval/rl_lift"] <= lift["eval/rl_lift_high"]
+    held = read_held_out(out)  # each evaluation's episodes, what the lift paired
+    evals = {r["iteration"]: r["eval/success_rate"] for r in rows if "eval/success_rate" in r}
+    assert sorted(held) == [0, 1] and all(held[it]["task"] == [10**9, 10**9 + 1] for it in held)
+    assert {it: sum(h["won"]) / 2 for it, h in held.items()} == evals
+    assert lift["eval/rl_lift"] == 50 * (sum(held[1]["won"]) - sum(held[0]["won"]))
+    assert all(1 <= n <= 30 for h in held.values() for n in h["steps"])  # Sokoban level 1's 30-step limit
