@@ -58,6 +58,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.evidence import ATTEMPTS, pack, unpack
 from benchmarks.learning_presets import ALGOS, COMPARISONS, PRESETS, Preset
 from benchmarks.learning_report import is_finished, plot, read_rows, summarize, table
 
@@ -107,6 +108,29 @@ class Job:
     log: Path
     after: str | None = None  # the job that must finish first
     before: Callable[[], None] | None = None  # clears what an interrupted attempt left
+    attempts: Path | None = None  # where each attempt's row goes: when, how long, how it ended, on what machine
+
+
+def machine() -> dict:
+    """The CPU a job ran on: its model, cores and the flags that decide its matmul speed."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    fields = {}
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())  # the first CPU's
+    flags = set(fields.get("flags", "").split())
+    return {"cpu": fields.get("model name", ""), "cores": os.cpu_count(),
+            "flags": [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in flags]}  # fmt: skip
+
+
+def record_attempt(job: Job, started: float, rc: int, threads: int, workers: int) -> None:
+    if job.attempts is None:
+        return
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
+    row = {"started": when, "seconds": round(time.time() - started, 1), "rc": rc, "threads": threads, "jobs": workers,
+           "machine": machine()}  # fmt: skip
+    with open(job.attempts, "a") as f:
+        f.write(json.dumps(row) + "\n")
 
 
 def run_jobs(jobs: list[Job], workers: int, done: set[str], threads: int = 1) -> set[str]:
@@ -147,6 +171,7 @@ def run_jobs(jobs: list[Job], workers: int, done: set[str], threads: int = 1) ->
             t0 = time.time()
             rc = running[job.name].wait()
             log.close()
+            record_attempt(job, t0, rc, threads, workers)
             took = f"{(time.time() - t0) / 60:.1f} min"
             print(f"[{'done' if rc == 0 else f'FAILED rc={rc}'}] {job.name}  {took}", file=sys.stderr, flush=True)
             with cond:
@@ -198,7 +223,8 @@ def plan(out: Path, presets: dict[str, Preset], seeds: list[int], algos: Sequenc
                     cmd, before = [sys.executable, "-m", "algos.train", "--resume", str(run)], None
                 else:
                     cmd, before = train_command(p, warm, seed, algo, run), lambda run=run: shutil.rmtree(run, True)
-                jobs.append(Job(f"{key}/s{seed}/{algo}", cmd, base / f"{algo}.log", after=warm_name, before=before))
+                jobs.append(Job(f"{key}/s{seed}/{algo}", cmd, base / f"{algo}.log", after=warm_name, before=before,
+                                attempts=base / f"{algo}.{ATTEMPTS}"))  # fmt: skip
     return jobs, done
 
 
@@ -289,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm-up-only", action="store_true", help="make the warm-up checkpoints, in this process")
     p.add_argument("--summary", action="store_true",
                    help="write the summary from the runs that have finished; start none")  # fmt: skip
+    p.add_argument("--pack", type=Path, metavar="DIR",
+                   help="also write the study's evidence to DIR (benchmarks/evidence.py) and its summary")  # fmt: skip
+    p.add_argument("--unpack", type=Path, metavar="DIR",
+                   help="first write DIR/runs.json.xz's runs into --out (those not there yet)")  # fmt: skip
     args = p.parse_args(argv)
     if args.budget_scale <= 0:
         p.error("--budget-scale must be > 0")
@@ -309,6 +339,11 @@ def main(argv: list[str] | None = None) -> int:
                     warm_up(pr.env, base, seed, pr.sft_steps, ["--config", str(REPO / pr.config), *pr.flags])
         return 0
 
+    if args.unpack:
+        if not (args.unpack / "runs.json.xz").is_file():
+            print(f"error: --unpack {args.unpack}: no runs.json.xz there", file=sys.stderr)
+            return 2
+        print(f"unpacked {len(unpack(args.unpack, args.out))} runs into {args.out}", file=sys.stderr)
     problem = check_settings(args.out, presets)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -334,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "summary.md").write_text(markdown + "\n")
     plot(summary, args.out / "curves.png")
     print(markdown)
+    if args.pack:
+        names = [f"{key}/s{seed}/{algo}" for key, pr in presets.items() for seed in args.seeds for algo in pr.algos]
+        data = pack(args.out, names, args.pack)
+        for name in ("summary.json", "summary.md", "curves.png"):
+            shutil.copyfile(args.out / name, args.pack / name)
+        print(f"packed {len(data['runs'])} runs into {args.pack}/runs.json.xz", file=sys.stderr)
     print(f"\n{args.out}/summary.json, summary.md, curves.png", file=sys.stderr)
     if failed:
         print(f"error: {len(failed)} jobs failed or were skipped: {', '.join(sorted(failed))}", file=sys.stderr)

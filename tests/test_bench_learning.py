@@ -377,3 +377,78 @@ def test_lift_over_the_warm_up_per_seed_over_seeds_and_paired_over_tasks(tmp_pat
     row = next(line for line in table(summary).splitlines() if line.startswith("| smollm2/gigpo |"))
     assert row == (f"| smollm2/gigpo | 2 | +12.5 ± 53.0 | [-464.0, +489.0] "
                    f"| s0: +50.0 [{100 * low:+.1f}, {100 * high:+.1f}] (4), s1: -25.0 |")  # fmt: skip
+
+
+def test_each_attempt_of_a_job_is_recorded_with_its_threads_and_machine(tmp_path: Path):
+    code = "import os, sys; sys.exit(0 if os.environ['OMP_NUM_THREADS'] == '2' else 5)"
+    record = tmp_path / "gigpo.attempts.jsonl"
+    job = Job("run", [sys.executable, "-c", code], tmp_path / "run.log", attempts=record)
+    assert run_jobs([job], 1, set(), threads=2) == set()
+    assert run_jobs([job], 1, set(), threads=1) == {"run"}
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [(r["rc"], r["threads"], r["jobs"]) for r in rows] == [(0, 2, 1), (5, 1, 1)]
+    assert all(r["seconds"] >= 0 and r["machine"]["cores"] >= 1 and "flags" in r["machine"] for r in rows)
+
+
+def test_a_packed_study_unpacks_to_the_same_summary_with_its_checkpoints_hashed(tmp_path: Path):
+    """runs.json.xz keeps config, metrics, held-out episodes and attempts; unpacked into another folder, the
+    summary is the one of the original runs; the newest whole checkpoint and the warm-up are hashed."""
+    import hashlib
+
+    from algos.run_dir import TRAINER_STATE
+    from benchmarks.evidence import pack, read_pack, unpack
+
+    preset = Preset("KeyDoor-Easy-v0", "configs/smollm2-135m.yaml", (), budget=10**6, eval_every=3, eval_episodes=2,
+                    iterations=3, algos=("gigpo",))  # fmt: skip
+    out = tmp_path / "study"
+    run = out / "smollm2/s0/gigpo"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("lr: 5.0e-06\nseed: 0\n")
+    rows = _rows({0: 0.5, 3: 1.0}, 40, 3, final=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    held = [{"iteration": 0, "task": [1, 2], "won": [True, False], "steps": [3, 9]},
+            {"iteration": 3, "task": [1, 2], "won": [True, True], "steps": [3, 4]}]  # fmt: skip
+    (run / "held_out.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held))
+    (run.parent / "gigpo.attempts.jsonl").write_text(json.dumps({"seconds": 60.0, "rc": 0}) + "\n")
+    for folder, weights in ((run / "checkpoints/iter_3", b"final"), (run / "checkpoints/iter_4", b"cut"),
+                            (run.parent / "warm", b"warm")):  # fmt: skip
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(weights)
+    for whole in (run / "checkpoints/iter_3", run.parent / "warm"):  # iter_4 was cut before its trainer state
+        (whole / TRAINER_STATE).write_bytes(b"")
+
+    pack(out, ["smollm2/s0/gigpo", "smollm2/s1/gigpo"], tmp_path / "evidence")
+    data = read_pack(tmp_path / "evidence")
+    assert list(data["runs"]) == ["smollm2/s0/gigpo"]  # s1 never ran
+    packed = data["runs"]["smollm2/s0/gigpo"]
+    assert packed["config"] == {"lr": 5e-6, "seed": 0} and packed["held_out"] == held
+    assert packed["attempts"] == [{"seconds": 60.0, "rc": 0}]
+    final = hashlib.sha256(b"final").hexdigest()
+    assert packed["checkpoint"] == {"name": "iter_3", "sha256": {"model.safetensors": final}}
+    assert data["warm_ups"] == {"smollm2/s0/warm": {"model.safetensors": hashlib.sha256(b"warm").hexdigest()}}
+
+    again = tmp_path / "again"
+    assert unpack(tmp_path / "evidence", again) == ["smollm2/s0/gigpo"]
+    assert unpack(tmp_path / "evidence", again) == []  # there already: left alone
+    summary = summarize(out, {"smollm2": preset}, [0])
+    assert summarize(again, {"smollm2": preset}, [0]) == summary
+    assert summary["presets"]["smollm2"]["algos"]["gigpo"]["lift_paired"][0][0] == 50.0
+
+
+def test_summary_packs_the_study_and_unpack_remakes_it_elsewhere(tmp_path: Path, capsys, monkeypatch):
+    import benchmarks.bench_learning as bench
+
+    monkeypatch.setattr(bench, "run_jobs", lambda *a: pytest.fail("--summary started a job"))
+    run = tmp_path / "study/smollm2/s0/gigpo"
+    run.mkdir(parents=True)
+    rows = _rows({0: 0.25, 16: 0.5}, 40, 16, final=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    common = ["--envs", "smollm2", "--seeds", "0", "--summary"]
+    assert bench.main([*common, "--out", str(tmp_path / "study"), "--pack", str(tmp_path / "evidence")]) == 0
+    assert {p.name for p in (tmp_path / "evidence").iterdir()} == {"runs.json.xz", "summary.json", "summary.md",
+                                                                    "curves.png"}  # fmt: skip
+    assert bench.main([*common, "--out", str(tmp_path / "again"), "--unpack", str(tmp_path / "evidence")]) == 0
+    assert (tmp_path / "again/summary.md").read_text() == (tmp_path / "evidence/summary.md").read_text()
+    assert "| smollm2/gigpo | 1 | +25.0 | - | s0: +25.0 |" in (tmp_path / "again/summary.md").read_text()
+    assert bench.main([*common, "--out", str(tmp_path / "x"), "--unpack", str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"error: --unpack {tmp_path / 'nothing'}: no runs.json.xz there")
