@@ -264,7 +264,8 @@ class Config:
     """grpo (episode-level advantages), gigpo (episode + step-level anchor advantages) or rloo
     (episode return minus the mean of the group's other returns)."""
     iterations: int = 24
-    """RL iterations; each collects num_groups x group_size episodes and updates once."""
+    """RL iterations; each collects num_groups x group_size episodes and updates once. 0: the warm-up alone
+    (SFT, its held-out evaluation and checkpoint; e.g. an SFT-only control for an RL run)."""
     seed: int = 0
     """Seeds the model init, the env seed stream, sampling and mini-batch order."""
     output_dir: str = ""
@@ -301,7 +302,7 @@ class Config:
         """The run's own values. Raises ValueError (one line)."""
         choose("algo", self.algo, ALGOS)
         choose("dtype", self.dtype, ("float32", "bfloat16", "float16"))
-        at_least("iterations", self.iterations, 1)
+        at_least("iterations", self.iterations, 0)
         at_least("max_env_steps", self.max_env_steps, 0)
 
 

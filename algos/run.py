@@ -458,13 +458,14 @@ class Run:
         self.collector.close()
         last = self.loop.iteration
         lift = None
-        if self.cfg.log.eval_episodes:
+        warm_up_only = self.cfg.iterations == 0  # warm_up() evaluated and saved it: nothing trained since
+        if self.cfg.log.eval_episodes and not warm_up_only:
             final = self.evaluate(last)
             self.loop.evaluated(final)  # the final checkpoint records it
             self.say(f"success after RL: {self.loop.held_out:.1%}")
             if lift := self.loop.lift(final):  # the same tasks before and after RL, paired
                 self.dir.log(last, lift.metrics("eval/rl_lift"))
-        path = self.save(last)
+        path = self.dir.path / "checkpoints" / "iter_0" if warm_up_only else self.save(last)
         self.say(f"checkpoint: {path}")
         if lift:  # the run's last line
             fork = " (the fork's start)" if self.forked else ""  # else a run that evaluated nothing before RL

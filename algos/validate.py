@@ -247,6 +247,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError(str(e)) from None
     if cfg.advantages.penalty_placement == "step" and cfg.advantages.invalid_penalty and cfg.algo == "rloo":
         raise ConfigError(STEP_PLACEMENT)  # RLOO has no step-row statistics to charge a step in
+    if cfg.iterations == 0 and cfg.sft.sft_steps == 0:
+        raise ConfigError("--iterations 0 runs the SFT warm-up alone, and --sft-steps is 0: nothing would train "
+                          "(python -m scripts.evaluate scores a model as it is)")  # fmt: skip
     if cfg.device.startswith("cuda"):
         if not _cuda_available():
             raise ConfigError("--device cuda asked for, but no CUDA device is visible; use --device cpu")

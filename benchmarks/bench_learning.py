@@ -59,8 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.evidence import ATTEMPTS, pack, unpack
-from benchmarks.learning_presets import ALGOS, COMPARISONS, PRESETS, Preset
-from benchmarks.learning_report import is_finished, plot, read_rows, summarize, table
+from benchmarks.learning_presets import ARMS, COMPARISONS, PRESETS, SFT, Preset
+from benchmarks.learning_report import arm_finished, is_finished, plot, read_rows, summarize, table
 
 REPO = Path(__file__).resolve().parent.parent
 # ---- runs --------------------------------------------------------------------------
@@ -86,7 +86,13 @@ def train_command(p: Preset, warm: Path, seed: int, algo: str, run: Path) -> lis
     """One RL run; only `algo` differs between the two of a seed. --iterations = the preset's iterations,
     else the budget, so that the env-step budget ends the run (every iteration collects at least one
     step) unless the preset caps its iterations. A checkpoint after
-    every iteration (the newest one kept), so that a cut run resumes where it stopped."""
+    every iteration (the newest one kept), so that a cut run resumes where it stopped. The `sft` arm:
+    the preset's warm-up made again from the config's model and continued for control_steps more steps, then
+    evaluated on the same held-out tasks (`--iterations 0`)."""
+    if algo == SFT:
+        return [sys.executable, "-m", "algos.train", "--config", str(REPO / p.config), *p.flags,
+                "--sft-steps", str(p.sft_steps + p.control_steps), "--seed", str(seed), "--iterations", "0",
+                "--eval-episodes", str(p.eval_episodes), "--device", "cpu", "--output-dir", str(run)]  # fmt: skip
     return [sys.executable, "-m", "algos.train", "--config", str(REPO / p.config), *p.flags, "--model", str(warm),
             "--sft-steps", "0", "--seed", str(seed), "--algo", algo, "--iterations", str(p.iterations or p.budget),
             "--max-env-steps", str(p.budget), "--eval-every", str(p.eval_every),
@@ -195,7 +201,7 @@ def run_jobs(jobs: list[Job], workers: int, done: set[str], threads: int = 1) ->
     return failed
 
 
-def plan(out: Path, presets: dict[str, Preset], seeds: list[int], algos: Sequence[str] = ALGOS) -> tuple[list[Job], set[str]]:
+def plan(out: Path, presets: dict[str, Preset], seeds: list[int], algos: Sequence[str] = ARMS) -> tuple[list[Job], set[str]]:
     """(jobs still to run, names already done): per (env, seed) a warm-up, then one run per algorithm
     of the preset's that is in `algos`."""
     jobs, done = [], set()
@@ -205,7 +211,7 @@ def plan(out: Path, presets: dict[str, Preset], seeds: list[int], algos: Sequenc
             warm_key = p.warm_from or key
             warm, warm_name = out / warm_key / f"s{seed}" / "warm", f"{warm_key}/s{seed}/warm"
             todo = [algo for algo in p.algos
-                    if algo in algos and not is_finished(read_rows(base / algo), p.budget, p.iterations)]  # fmt: skip
+                    if algo in algos and not arm_finished(read_rows(base / algo), p, algo)]  # fmt: skip
             if not todo:
                 continue  # every run of this seed is finished: no warm-up needed (none is kept in git)
             if p.extends:
@@ -303,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--envs", nargs="+", default=["keydoor", "textworld"], choices=list(PRESETS),
                    help="presets to run (keys of PRESETS); keydoor-hard and keydoor-hard-defaults share warm-ups")  # fmt: skip
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS),
+    p.add_argument("--algos", nargs="+", choices=ARMS, default=list(ARMS),
                    help="run only these of each preset's algorithms (the summary holds whatever finished)")  # fmt: skip
     p.add_argument("--jobs", type=int, default=2, help="training processes at once")
     p.add_argument("--threads", type=int, default=1, help="OMP threads per process (jobs x threads <= cores)")

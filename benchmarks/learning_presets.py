@@ -9,6 +9,8 @@ from dataclasses import dataclass, replace
 from algos.advantages import RETURN_PLACEMENT
 
 ALGOS = ("gigpo", "grpo")
+SFT = "sft"  # the SFT-only control arm: the warm-up continued on expert demonstrations instead of RL
+ARMS = (*ALGOS, SFT)
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,10 @@ class Preset:
     warm_from: str = ""
     """Another preset's key whose warm-ups this one starts from (same env and SFT settings), so that
     two presets compare RL settings from the very same weights."""
+    control_steps: int = 0
+    """The SFT steps that the `sft` arm adds to the warm-up: a run of sft_steps + control_steps warm-up steps and
+    no RL (`algos.train --iterations 0`), whose first sft_steps steps are exactly the warm-up (algos/sft.py
+    warm_up). Sized to the wall time of the preset's RL runs; the arm is in `algos` only when it is > 0."""
     extends: str = ""
     """Another preset's key whose finished runs these continue, to this preset's larger budget: each run
     starts as a copy of that run (its metrics, its newest checkpoint, its optimizer state) and goes on

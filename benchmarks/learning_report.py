@@ -19,12 +19,9 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from algos.evaluation import Lift, interval95, mean_std, paired_lift
-
-if TYPE_CHECKING:
-    from benchmarks.learning_presets import Preset
+from benchmarks.learning_presets import SFT, Preset
 
 THRESHOLDS = (0.5, 0.8)
 Comparisons = Sequence[tuple[tuple[str, str], tuple[str, str]]]  # ((preset, algo) a, (preset, algo) b): a - b
@@ -68,16 +65,31 @@ def is_finished(rows: Sequence[dict], budget: int, iterations: int = 0) -> bool:
     return any(r.get("eval/success_rate") is not None for r in rows[last + 1 :])
 
 
-def run_lift(run: Path) -> Lift | None:
-    """A run's final held-out evaluation against its first (the warm-up's), task by task, from its
-    held_out.jsonl (runs before it existed, or with one evaluation: None)."""
+def arm_finished(rows: Sequence[dict], p: Preset, arm: str) -> bool:
+    """Whether a run of the preset's `arm` is done: an RL run's final evaluation is logged (`is_finished`);
+    the SFT control's one evaluation, after its warm-up, is."""
+    if arm == SFT:
+        return any(r.get("eval/success_rate") is not None for r in rows)
+    return is_finished(rows, p.budget, p.iterations)
+
+
+def warm_reference(seed_dir: Path, p: Preset) -> Path | None:
+    """The run whose first evaluation is the SFT control's warm-up side for one seed: the first of the preset's
+    RL runs there that evaluated the warm-up (the same model on the same tasks); None if none has yet."""
+    return next((seed_dir / a for a in p.algos if a != SFT and any(
+        r.get("eval/success_rate") is not None for r in read_rows(seed_dir / a))), None)  # fmt: skip
+
+
+def run_lift(run: Path, before: Path | None = None) -> Lift | None:
+    """A run's final held-out evaluation against the first one of `before` (default: its own, the
+    warm-up's), task by task, from their held_out.jsonl (runs before it existed: None)."""
     from algos.run_dir import read_held_out
 
-    held = read_held_out(run)
-    if len(held) < 2:
+    after, first = read_held_out(run), read_held_out(before or run)
+    if not after or not first or (before in (None, run) and len(after) < 2):
         return None
     sides = []
-    for h in (held[min(held)], held[max(held)]):
+    for h in (first[min(first)], after[max(after)]):
         tasks: dict[int, list[bool]] = {}
         for task, won in zip(h["task"], h["won"]):
             tasks.setdefault(task, []).append(bool(won))
@@ -105,16 +117,21 @@ def summarize(out: Path, presets: dict[str, Preset], seeds: list[int], compariso
         for algo in p.algos:
             curves, invalid, held_invalid, paired = {}, {}, {}, {}
             for seed in seeds:
-                rows = read_rows(out / key / f"s{seed}" / algo)
-                if is_finished(rows, p.budget, p.iterations):
-                    if lift := run_lift(out / key / f"s{seed}" / algo):
-                        paired[seed] = [lift.points, lift.low, lift.high, lift.tasks]
-                    curves[seed] = list(zip(*series(rows, "eval/success_rate", "data/env_steps_total")))
-                    rate = series(rows, "rollout/invalid_action_rate", "iteration")[1]
+                run = out / key / f"s{seed}" / algo
+                rows = read_rows(run)
+                before = warm_reference(run.parent, p) if algo == SFT else run
+                if not arm_finished(rows, p, algo) or before is None:
+                    continue
+                if lift := run_lift(run, before):
+                    paired[seed] = [lift.points, lift.low, lift.high, lift.tasks]
+                first = read_rows(before) if algo == SFT else []  # the control's warm-up side: a sibling's first
+                curves[seed] = list(zip(*series(first[:1] + rows, "eval/success_rate", "data/env_steps_total")))
+                rate = series(rows, "rollout/invalid_action_rate", "iteration")[1]
+                if rate:  # the control runs no rollouts
                     invalid[seed] = [rate[0], rate[-1]]  # the first and the last iteration's rollouts
-                    held = series(rows, "eval/invalid_action_rate", "iteration")[1]
-                    if len(held) == len(curves[seed]):  # logged at every evaluation (runs since it exists)
-                        held_invalid[seed] = [held[0], held[-1]]  # after the warm-up, and the final one
+                held = series(first[:1] + rows, "eval/invalid_action_rate", "iteration")[1]
+                if len(held) == len(curves[seed]):  # logged at every evaluation (runs since it exists)
+                    held_invalid[seed] = [held[0], held[-1]]  # after the warm-up, and the final one
             warm, final = {s: c[0][1] for s, c in curves.items()}, {s: c[-1][1] for s, c in curves.items()}
             lift = paired_differences(final, warm)
             xs, mean, std = band(list(curves.values()))

@@ -164,7 +164,7 @@ def test_a_bad_input_is_one_line(case, flags, code, needle, tmp_path, tiny_path)
         (["--group-size", "1"], "group_size must be >= 2"),
         (["--ppo-epochs", "0"], "ppo_epochs must be >= 1"),
         (["--prompt-template", "fancy"], "unknown prompt_template 'fancy'"),
-        (["--iterations", "0"], "iterations must be >= 1"),
+        (["--iterations", "-1"], "iterations must be >= 0"),
         (["--model", "./no/such/checkpoint"], "does not exist"),
         (["--config", "configs/nope.yaml"], "not found"),
         (["--kl-estimator", "k4"], "choose one of: k1, k2, k3"),

@@ -452,3 +452,42 @@ def test_summary_packs_the_study_and_unpack_remakes_it_elsewhere(tmp_path: Path,
     assert "| smollm2/gigpo | 1 | +25.0 | - | s0: +25.0 |" in (tmp_path / "again/summary.md").read_text()
     assert bench.main([*common, "--out", str(tmp_path / "x"), "--unpack", str(tmp_path / "nothing")]) == 2
     assert capsys.readouterr().err.strip().endswith(f"error: --unpack {tmp_path / 'nothing'}: no runs.json.xz there")
+
+
+def test_the_sft_control_continues_the_warm_up_and_is_paired_with_the_rl_runs_warm_up(tmp_path: Path):
+    """The `sft` arm: the preset's warm-up made again and run control_steps further, no RL iteration, the same
+    held-out tasks; its warm-up side (success, held-out episodes) is the first evaluation of an RL run of the
+    same seed, so its lift and RL's are over the same warm-up and comparable seed by seed."""
+    from algos.evaluation import newcombe_paired
+
+    preset = Preset("KeyDoor-Easy-v0", "configs/smollm2-135m.yaml", ("--lr", "1e-6"), budget=10**6, eval_every=3,
+                    eval_episodes=4, iterations=3, sft_steps=30, algos=("gigpo", "sft"), control_steps=120)  # fmt: skip
+    jobs, _ = plan(tmp_path, {"smollm2": preset}, [0])
+    assert [j.name for j in jobs] == ["smollm2/s0/warm", "smollm2/s0/gigpo", "smollm2/s0/sft"]
+    sft = jobs[2].cmd
+    assert sft[sft.index("--sft-steps") + 1] == "150" and sft[sft.index("--iterations") + 1] == "0"
+    assert "--model" not in sft and "--algo" not in sft and sft[sft.index("--lr") + 1] == "1e-6"  # the config's model
+    assert sft[sft.index("--eval-episodes") + 1] == "4" and sft[sft.index("--seed") + 1] == "0"
+
+    seed = tmp_path / "smollm2/s0"
+    for arm, rows, held in (
+        ("gigpo", _rows({0: 0.25, 3: 0.75}, 40, 3, final=True),
+         [{"iteration": 0, "won": [True, False, False, False]}, {"iteration": 3, "won": [True, True, True, False]}]),
+        ("sft", [{"iteration": 0, "sft/loss": 0.1}, {"iteration": 0, "eval/success_rate": 0.5}],
+         [{"iteration": 0, "won": [True, True, False, False]}]),
+    ):  # fmt: skip
+        (seed / arm).mkdir(parents=True)
+        (seed / arm / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        lines = [json.dumps({**h, "task": [1, 2, 3, 4], "steps": [9] * 4}) + "\n" for h in held]
+        (seed / arm / "held_out.jsonl").write_text("".join(lines))
+    assert plan(tmp_path, {"smollm2": preset}, [0])[0] == []  # both arms done
+
+    summary = json.loads(json.dumps(summarize(tmp_path, {"smollm2": preset}, [0], [(("smollm2", "gigpo"),
+                                                                                    ("smollm2", "sft"))])))  # fmt: skip
+    control = summary["presets"]["smollm2"]["algos"]["sft"]
+    assert control["warm_up"] == {"0": 0.25} and control["final"] == {"0": 0.5} and control["lift"] == {"0": 25.0}
+    _, low, high = newcombe_paired([True, False, False, False], [True, True, False, False])
+    assert control["lift_paired"] == {"0": pytest.approx([25.0, 100 * low, 100 * high, 4])}
+    assert control["invalid_first_last"] == {}
+    (c,) = summary["comparisons"]
+    assert (c["a"], c["b"], c["seeds"]) == ("smollm2/gigpo", "smollm2/sft", {"0": 25.0})

@@ -213,3 +213,18 @@ def test_a_named_env_says_which_preset_it_brings_and_the_run_ends_with_rls_lift(
     assert {it: sum(h["won"]) / 2 for it, h in held.items()} == evals
     assert lift["eval/rl_lift"] == 50 * (sum(held[1]["won"]) - sum(held[0]["won"]))
     assert all(1 <= n <= 30 for h in held.values() for n in h["steps"])  # Sokoban level 1's 30-step limit
+
+
+def test_iterations_0_runs_the_warm_up_alone_evaluated_and_saved(tmp_path, capsys):
+    """An SFT-only run (the control an RL run is held against): the warm-up, one held-out evaluation and
+    iter_0, no RL iteration; without SFT steps there is nothing to train, which is said in one line."""
+    out = tmp_path / "sft"
+    assert main([*TINY_RUN, "--iterations", "0", "--output-dir", str(out)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"checkpoint: {out / 'checkpoints' / 'iter_0'}"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {r["iteration"] for r in rows} == {0} and not any("data/env_steps_total" in r for r in rows)
+    assert [r["iteration"] for r in rows if "eval/success_rate" in r] == [0]
+    assert list(read_held_out(out)) == [0] and (out / "checkpoints/iter_0/trainer_state.pt").is_file()
+    assert main([*NO_SFT, "--iterations", "0", "--sft-steps", "0", "--output-dir", str(tmp_path / "none")]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: --iterations 0 runs the SFT warm-up alone")
