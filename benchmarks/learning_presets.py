@@ -174,6 +174,20 @@ PRESETS = {
     "smollm2": Preset("KeyDoor-Easy-v0", "configs/smollm2-135m.yaml", (), budget=1_000_000, iterations=16,
                       eval_every=16, eval_episodes=128, sft_steps=30),
 }
+# The rest of the real-model study (issue 55), the smollm2 preset's settings and fixed final iteration with one
+# setting changed; GiGPO alone. Chat against window: the conversation SmolLM2 was tuned on, with its own warm-ups
+# (the same demonstrations read as a conversation). A harder env, KeyDoor-v0 (walls, two distractors and a key that
+# fits nothing, a 20-step limit against 16), with its own warm-ups. LoRA (rank 16) from the smollm2
+# warm-ups, at three learning rates around 10x full fine-tuning's 5e-6.
+SMOLLM2 = PRESETS["smollm2"]
+LORA_LRS = ("2e-5", "5e-5", "2e-4")
+PRESETS |= {
+    "smollm2-chat": replace(SMOLLM2, flags=("--context", "chat"), algos=("gigpo",)),
+    "smollm2-keydoor": replace(SMOLLM2, env="KeyDoor-v0", flags=("--env", "KeyDoor-v0"), algos=("gigpo",)),
+} | {
+    f"smollm2-lora-lr{lr}": replace(SMOLLM2, flags=("--lora-rank", "16", "--lr", lr), algos=("gigpo",), warm_from="smollm2")
+    for lr in LORA_LRS
+}
 # Ablations of the default job (issue 34): GiGPO from the keydoor warm-ups (the sft ones make their
 # own, with another number of SFT steps), one setting changed at a time, the keydoor preset's budget
 # and evaluations; each is compared seed by seed against its base, on the same seeds. The first ones
@@ -249,4 +263,8 @@ COMPARISONS = (
     (("coin5-chat", "gigpo"), ("coin5-memory3", "gigpo")),
     (("coin5-memory3", "gigpo"), ("coin5-window", "gigpo")),
     *(((key, "gigpo"), (base, "gigpo")) for key, base in ABLATION_BASES.items()),
+    (("smollm2", "gigpo"), ("smollm2", "grpo")),
+    (("smollm2", "gigpo"), ("smollm2", "sft")),
+    (("smollm2-chat", "gigpo"), ("smollm2", "gigpo")),
+    *(((f"smollm2-lora-lr{lr}", "gigpo"), ("smollm2", "gigpo")) for lr in LORA_LRS),
 )
