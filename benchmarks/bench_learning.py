@@ -12,6 +12,10 @@
         --out runs/bench_gigpo    # the keydoor runs (made first if missing) continued to 26,000 env steps
     python -m benchmarks.bench_learning --envs keydoor-lr5e-4 --seeds 0 1 2 --out runs/bench_gigpo
         # one of the default job's ablations (learning_presets.ABLATIONS), from the keydoor warm-ups
+    python -m benchmarks.bench_learning --envs smollm2 --seeds 0 1 2 3 4 --algos gigpo --jobs 1 --threads 2 \
+        --out runs/real-smollm2 --pack studies/real-smollm2
+        # the real-model study (SmolLM2-135M-Instruct, docs/benchmarks.md "Does RL teach a real model?"): about
+        # 2 h per seed on 2 AVX2 cores; resumes where it was cut, and packs what has finished for git
 
 The default (2 envs x 3 seeds: 6 warm-ups, 12 RL runs) takes about 50 minutes with
 `--jobs 2` on 2 otherwise idle CPU cores (estimate from the costs in PRESETS; anything

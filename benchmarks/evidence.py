@@ -59,14 +59,17 @@ def read_run(run: Path) -> dict:
 
 def pack(out: Path, names: list[str], dest: Path) -> dict:
     """The runs `names` (<preset>/s<seed>/<algo> under `out`, those with metrics) and the warm-ups they start
-    from (<preset>/s<seed>/warm: weights' sha256) into dest/runs.json.xz. Returns what it wrote."""
-    runs, warm_ups = {}, {}
+    from (<preset>/s<seed>/warm: weights' sha256) into dest/runs.json.xz, added to the runs it holds (a run
+    packed again replaces its earlier state), so a study packed one preset at a time loses nothing.
+    Returns what it wrote."""
+    old = read_pack(dest) if (dest / RUNS).is_file() else {"runs": {}, "warm_ups": {}}
+    runs, warm_ups = old["runs"], old["warm_ups"]
     for name in names:
         run = out / name
         if (run / "metrics.jsonl").is_file():
             runs[name] = read_run(run)
             warm = run.parent / "warm"
-            if (warm / TRAINER_STATE).is_file() and str(warm.relative_to(out)) not in warm_ups:
+            if (warm / TRAINER_STATE).is_file():
                 warm_ups[str(warm.relative_to(out))] = weights_hashes(warm)
     data = {"runs": runs, "warm_ups": warm_ups}
     dest.mkdir(parents=True, exist_ok=True)

@@ -427,8 +427,14 @@ def test_a_packed_study_unpacks_to_the_same_summary_with_its_checkpoints_hashed(
     assert packed["checkpoint"] == {"name": "iter_3", "sha256": {"model.safetensors": final}}
     assert data["warm_ups"] == {"smollm2/s0/warm": {"model.safetensors": hashlib.sha256(b"warm").hexdigest()}}
 
+    (run.parent.parent / "s1/gigpo").mkdir(parents=True)  # a second run, packed on its own later
+    (run.parent.parent / "s1/gigpo/metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    pack(out, ["smollm2/s1/gigpo"], tmp_path / "evidence")
+    assert list(read_pack(tmp_path / "evidence")["runs"]) == ["smollm2/s0/gigpo", "smollm2/s1/gigpo"]  # both kept
+    shutil.rmtree(run.parent.parent / "s1")
+
     again = tmp_path / "again"
-    assert unpack(tmp_path / "evidence", again) == ["smollm2/s0/gigpo"]
+    assert unpack(tmp_path / "evidence", again) == ["smollm2/s0/gigpo", "smollm2/s1/gigpo"]
     assert unpack(tmp_path / "evidence", again) == []  # there already: left alone
     summary = summarize(out, {"smollm2": preset}, [0])
     assert summarize(again, {"smollm2": preset}, [0]) == summary
