@@ -1,4 +1,5 @@
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,30 @@ def test_the_smollm2_preset_resolves_to_its_committed_runs_config():
                if k not in run_only | set(unset) and preset.get(k) != v}  # fmt: skip
     assert not differs and set(preset) == set(committed)
     assert (committed["autocast"], committed["rollout_is"], committed["micro_batch_size"]) == ("bf16", "token", 8)
+
+
+def test_the_real_model_study_presets_resolve_to_their_committed_runs_configs():
+    """studies/real-smollm2 holds the runs that docs/benchmarks.md's real-model tables rest on: each run's config
+    must be what its preset's command parses to today, but for where it ran (output_dir, the warm-up's folder)
+    and the values the trainer resolves on its machine (unset in the preset)."""
+    import lzma
+
+    from benchmarks.bench_learning import train_command
+    from benchmarks.learning_presets import PRESETS
+
+    with lzma.open(ROOT / "studies" / "real-smollm2" / "runs.json.xz", "rt") as f:
+        runs = json.load(f)["runs"]
+    assert runs
+    resolved = {"autocast": "auto", "rollout_is": "auto", "min_update_samples": None, "micro_batch_tokens": None,
+                "sync_tolerance": 0.0, "vllm_max_model_len": 0}  # fmt: skip
+    for name, run in runs.items():
+        key, seed, arm = name.split("/")
+        cmd = train_command(PRESETS[key], Path("WARM"), int(seed[1:]), arm, Path("RUN"))
+        preset = flat(parse_config(cmd[cmd.index("algos.train") + 1 :]))
+        saved = run["config"]
+        assert {k: preset[k] for k in resolved} == resolved
+        differs = {k: (v, preset.get(k)) for k, v in saved.items()
+                   if k not in {"output_dir", "model", *resolved} and preset.get(k) != v}  # fmt: skip
+        assert not differs and set(preset) == set(saved), name
+        warm = PRESETS[key].warm_from or key
+        assert arm == "sft" or saved["model"].endswith(f"{warm}/{seed}/warm"), name
