@@ -22,7 +22,6 @@ from algos.run_dir import TRAINER_STATE, read_held_out, read_metrics
 
 RUNS = "runs.json.xz"
 ATTEMPTS = "attempts.jsonl"  # one row per job attempt on a run (benchmarks.bench_learning.run_jobs)
-WEIGHTS = "model.safetensors"
 
 
 def sha256(path: Path) -> str:

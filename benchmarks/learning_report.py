@@ -62,22 +62,26 @@ def is_finished(rows: Sequence[dict], budget: int, iterations: int = 0) -> bool:
     row = rows[last]
     if row["data/env_steps_total"] < budget and not (iterations and row["iteration"] >= iterations):
         return False
-    return any(r.get("eval/success_rate") is not None for r in rows[last + 1 :])
+    return evaluated(rows[last + 1 :])
+
+
+def evaluated(rows: Sequence[dict]) -> bool:
+    """Whether any of the rows is a held-out evaluation."""
+    return any(r.get("eval/success_rate") is not None for r in rows)
 
 
 def arm_finished(rows: Sequence[dict], p: Preset, arm: str) -> bool:
     """Whether a run of the preset's `arm` is done: an RL run's final evaluation is logged (`is_finished`);
     the SFT control's one evaluation, after its warm-up, is."""
     if arm == SFT:
-        return any(r.get("eval/success_rate") is not None for r in rows)
+        return evaluated(rows)
     return is_finished(rows, p.budget, p.iterations)
 
 
 def warm_reference(seed_dir: Path, p: Preset) -> Path | None:
     """The run whose first evaluation is the SFT control's warm-up side for one seed: the first of the preset's
     RL runs there that evaluated the warm-up (the same model on the same tasks); None if none has yet."""
-    return next((seed_dir / a for a in p.algos if a != SFT and any(
-        r.get("eval/success_rate") is not None for r in read_rows(seed_dir / a))), None)  # fmt: skip
+    return next((seed_dir / a for a in p.algos if a != SFT and evaluated(read_rows(seed_dir / a))), None)
 
 
 def run_lift(run: Path, before: Path | None = None) -> Lift | None:
